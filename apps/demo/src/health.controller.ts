@@ -1,0 +1,11 @@
+import { Controller, Get } from '@nestjs/common';
+import { SkipRateLimit } from '@app/rate-limit';
+
+@Controller('health')
+export class HealthController {
+  @Get()
+  @SkipRateLimit()
+  check() {
+    return { status: 'ok' };
+  }
+}

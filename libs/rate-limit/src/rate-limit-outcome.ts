@@ -1,0 +1,46 @@
+import type { RateLimitRule } from './rules/rate-limit-rule.js';
+import type { RateLimitDecision } from './stores/rate-limit-store.js';
+
+/** One rule's decision for one request. */
+export interface RuleDecision extends RateLimitDecision {
+  rule: RateLimitRule;
+  identity: string;
+  /** True when the store failed and `onStoreError` decided; such decisions send no `RateLimit-*` headers. */
+  fallback: boolean;
+}
+
+/** What the guard decided for a request, kept on the request for the interceptor. */
+export interface RateLimitOutcome {
+  decisions: readonly RuleDecision[];
+  /** The decision that sets the headers: the rejecting rule with the longest wait, else the tightest rule. */
+  reported: RuleDecision | undefined;
+  allowed: boolean;
+}
+
+const OUTCOME = Symbol('rate-limit:outcome');
+
+type WithOutcome = { [OUTCOME]?: RateLimitOutcome };
+
+export function outcomeOf(request: object): RateLimitOutcome | undefined {
+  return (request as WithOutcome)[OUTCOME];
+}
+
+export function attachOutcome(request: object, outcome: RateLimitOutcome): void {
+  (request as WithOutcome)[OUTCOME] = outcome;
+}
+
+/** Headers for a decision (draft-ietf-httpapi-ratelimit-headers names, seconds rounded up). */
+export function rateLimitHeaders(decision: RateLimitDecision): [string, string][] {
+  const resetSeconds = String(Math.max(0, Math.ceil(decision.resetMs / 1000)));
+  const headers: [string, string][] = [
+    ['RateLimit-Limit', String(decision.limit)],
+    ['RateLimit-Remaining', String(decision.remaining)],
+    ['RateLimit-Reset', resetSeconds],
+  ];
+  if (!decision.allowed) headers.push(['Retry-After', String(retryAfterSeconds(decision))]);
+  return headers;
+}
+
+export function retryAfterSeconds(decision: RateLimitDecision): number {
+  return Math.max(1, Math.ceil(decision.resetMs / 1000));
+}

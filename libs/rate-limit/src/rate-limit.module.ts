@@ -1,0 +1,95 @@
+import { type DynamicModule, Logger, Module, type Provider } from '@nestjs/common';
+import { ConfigService } from '@nestjs/config';
+import { APP_GUARD, APP_INTERCEPTOR, DiscoveryModule, ModuleRef } from '@nestjs/core';
+import { NestConfigCentre } from './config-centre/nest-config-centre.js';
+import { RateLimitConfigCentre } from './config-centre/rate-limit-config-centre.js';
+import { RateLimitGuard } from './rate-limit.guard.js';
+import { RateLimitInterceptor } from './rate-limit.interceptor.js';
+import {
+  RATE_LIMIT_ASYNC_OPTIONS_TYPE,
+  RATE_LIMIT_OPTIONS,
+  RATE_LIMIT_OPTIONS_TYPE,
+  RateLimitConfigurableModule,
+} from './rate-limit.module-definition.js';
+import { type RateLimitModuleOptions, resolveModuleOptions } from './rate-limit.options.js';
+import { RateLimiterService } from './rate-limiter.service.js';
+import { RedisService } from './redis/redis.service.js';
+import { RateLimitRuleRegistry } from './rules/rate-limit-rule.registry.js';
+import { MemoryRateLimitStore } from './stores/memory-rate-limit.store.js';
+import { RedisRateLimitStore } from './stores/redis-rate-limit.store.js';
+import { RateLimitStore } from './stores/rate-limit-store.js';
+
+const storeProvider: Provider = {
+  provide: RateLimitStore,
+  inject: [RATE_LIMIT_OPTIONS, RedisService],
+  useFactory: (options: RateLimitModuleOptions, redis: RedisService): RateLimitStore =>
+    redis.isConfigured
+      ? new RedisRateLimitStore(redis)
+      : new MemoryRateLimitStore(resolveModuleOptions(options).memoryStoreMaxKeys),
+};
+
+const configCentreProvider: Provider = {
+  provide: RateLimitConfigCentre,
+  inject: [RATE_LIMIT_OPTIONS, ModuleRef],
+  useFactory: async (options: RateLimitModuleOptions, moduleRef: ModuleRef): Promise<RateLimitConfigCentre> => {
+    const { configCentre } = options;
+    if (configCentre instanceof RateLimitConfigCentre) return configCentre;
+    if (typeof configCentre === 'function') return moduleRef.create(configCentre);
+    let config: ConfigService;
+    try {
+      config = moduleRef.get(ConfigService, { strict: false });
+    } catch {
+      new Logger('RateLimit').log('ConfigModule is not imported; thresholds are read from process.env only');
+      config = new ConfigService();
+    }
+    return new NestConfigCentre(config);
+  },
+};
+
+/**
+ * Distributed rate limiting: `imports: [RateLimitModule.forRoot({ redis: process.env.REDIS_URL })]`,
+ * then `@RateLimit()` on controllers or handlers. Without `redis`, counters live in this process.
+ */
+@Module({
+  imports: [DiscoveryModule],
+  providers: [
+    RedisService,
+    storeProvider,
+    configCentreProvider,
+    RateLimitRuleRegistry,
+    RateLimiterService,
+    RateLimitGuard,
+    RateLimitInterceptor,
+  ],
+  exports: [
+    RedisService,
+    RateLimitStore,
+    RateLimitConfigCentre,
+    RateLimitRuleRegistry,
+    RateLimiterService,
+    RateLimitGuard,
+    RateLimitInterceptor,
+  ],
+})
+export class RateLimitModule extends RateLimitConfigurableModule {
+  static override forRoot(options: typeof RATE_LIMIT_OPTIONS_TYPE = {}): DynamicModule {
+    resolveModuleOptions(options);
+    return withGlobalGuard(super.forRoot(options), options.globalGuard ?? true);
+  }
+
+  static override forRootAsync(options: typeof RATE_LIMIT_ASYNC_OPTIONS_TYPE): DynamicModule {
+    return withGlobalGuard(super.forRootAsync(options), options.globalGuard ?? true);
+  }
+}
+
+function withGlobalGuard(module: DynamicModule, globalGuard: boolean): DynamicModule {
+  if (!globalGuard) return module;
+  return {
+    ...module,
+    providers: [
+      ...(module.providers ?? []),
+      { provide: APP_GUARD, useExisting: RateLimitGuard },
+      { provide: APP_INTERCEPTOR, useExisting: RateLimitInterceptor },
+    ],
+  };
+}

@@ -1,0 +1,107 @@
+import type { Type } from '@nestjs/common';
+import type { Cluster, Redis, RedisOptions } from 'ioredis';
+import type { RateLimitConfigCentre } from './config-centre/rate-limit-config-centre.js';
+import type { SampledLogLevel } from './logging/sampled-logger.js';
+import {
+  DEFAULT_KEY_PREFIX,
+  DEFAULT_LOG_INTERVAL_MS,
+  DEFAULT_LOG_MAX_LINES_PER_SECOND,
+  DEFAULT_MEMORY_MAX_KEYS,
+  DEFAULT_REDIS_TIMEOUT_MS,
+} from './rate-limit.constants.js';
+import { RateLimitConfigurationError } from './rules/rate-limit-rule.js';
+
+/**
+ * How to reach Redis:
+ * - a URL: `'redis://:password@host:6379/0'`;
+ * - ioredis options, optionally with `url`: `{ url, connectTimeout: 2000 }`, `{ host, port }`;
+ * - your own client: `{ client }`. The library then never closes it and defines no commands on it.
+ */
+export type RateLimitRedisOptions = string | { client: Redis | Cluster } | (RedisOptions & { url?: string });
+
+export interface RateLimitLoggingOptions {
+  /** At most one rejection line per rule and identity per interval. Default 10 s. */
+  intervalMs?: number;
+  /** At most this many rejection lines per second in all. Default 5. */
+  maxLinesPerSecond?: number;
+  /** Level of rejection lines. Default `'warn'`. */
+  level?: SampledLogLevel;
+}
+
+export interface RateLimitModuleOptions {
+  /** Redis connection. Without it the library uses an in-process store (not shared across instances). */
+  redis?: RateLimitRedisOptions;
+  /** Prefix of every key the library writes. Default `'rl'`. */
+  keyPrefix?: string;
+  /** Deadline for one Redis call, in ms; past it the request is decided by `onStoreError`. Default 100. */
+  redisTimeoutMs?: number;
+  /**
+   * What a request gets when the store fails or misses its deadline: `'allow'` (default; admitted,
+   * logged by sampling) or `'deny'` (429 with `Retry-After: 1`).
+   */
+  onStoreError?: 'allow' | 'deny';
+  /** Where run-time thresholds come from. Default: `@nestjs/config`'s `ConfigService` (see `NestConfigCentre`). */
+  configCentre?: Type<RateLimitConfigCentre> | RateLimitConfigCentre;
+  /** Sampling of rejection log lines, or `false` for none. */
+  logging?: RateLimitLoggingOptions | false;
+  /** Keys the in-process store holds at most (least recently used evicted first). Default 10,000. */
+  memoryStoreMaxKeys?: number;
+}
+
+/** Options of `forRoot`/`forRootAsync` that shape the module itself, so they cannot come from a factory. */
+export interface RateLimitModuleExtras {
+  /** Make the module's providers visible to every module. Default false. */
+  isGlobal?: boolean;
+  /**
+   * Register `RateLimitGuard` and `RateLimitInterceptor` for every route (`APP_GUARD`/`APP_INTERCEPTOR`).
+   * Default true. With false, apply them yourself with `@UseGuards`/`@UseInterceptors`.
+   */
+  globalGuard?: boolean;
+}
+
+/** Module options after defaults and checks; what the services use. */
+export interface ResolvedRateLimitOptions {
+  keyPrefix: string;
+  redisTimeoutMs: number;
+  onStoreError: 'allow' | 'deny';
+  logging: Required<RateLimitLoggingOptions> | false;
+  memoryStoreMaxKeys: number;
+}
+
+const KEY_PREFIX = /^[A-Za-z0-9._:-]{1,32}$/;
+const LEVELS: readonly SampledLogLevel[] = ['error', 'warn', 'log', 'debug', 'verbose'];
+
+/** Applies defaults and rejects values that cannot work, naming the field. */
+export function resolveModuleOptions(options: RateLimitModuleOptions = {}): ResolvedRateLimitOptions {
+  const fail = (field: string, problem: string, value: unknown): never => {
+    throw new RateLimitConfigurationError(`RateLimitModule options: '${field}' ${problem}, got ${JSON.stringify(value)}`);
+  };
+  const positive = (field: string, value: number | undefined, fallback: number): number => {
+    if (value === undefined) return fallback;
+    return Number.isSafeInteger(value) && value > 0 ? value : fail(field, 'must be a positive whole number', value);
+  };
+  const keyPrefix = options.keyPrefix ?? DEFAULT_KEY_PREFIX;
+  if (typeof keyPrefix !== 'string' || !KEY_PREFIX.test(keyPrefix)) {
+    fail('keyPrefix', 'must be 1 to 32 characters of letters, digits and . _ : -', keyPrefix);
+  }
+  const onStoreError = options.onStoreError ?? 'allow';
+  if (onStoreError !== 'allow' && onStoreError !== 'deny') fail('onStoreError', "must be 'allow' or 'deny'", onStoreError);
+  let logging: ResolvedRateLimitOptions['logging'] = false;
+  if (options.logging !== false) {
+    const given = options.logging ?? {};
+    const level = given.level ?? 'warn';
+    if (!LEVELS.includes(level)) fail('logging.level', `must be one of ${LEVELS.join(', ')}`, level);
+    logging = {
+      intervalMs: positive('logging.intervalMs', given.intervalMs, DEFAULT_LOG_INTERVAL_MS),
+      maxLinesPerSecond: positive('logging.maxLinesPerSecond', given.maxLinesPerSecond, DEFAULT_LOG_MAX_LINES_PER_SECOND),
+      level,
+    };
+  }
+  return {
+    keyPrefix,
+    redisTimeoutMs: positive('redisTimeoutMs', options.redisTimeoutMs, DEFAULT_REDIS_TIMEOUT_MS),
+    onStoreError,
+    logging,
+    memoryStoreMaxKeys: positive('memoryStoreMaxKeys', options.memoryStoreMaxKeys, DEFAULT_MEMORY_MAX_KEYS),
+  };
+}

@@ -1,0 +1,142 @@
+import { Inject, Injectable, Logger, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
+import { type RateLimitModuleOptions, resolveModuleOptions } from '../rate-limit.options.js';
+import type { RedisScript } from './redis-script.js';
+
+/** Raised when Redis does not answer a call within `redisTimeoutMs`. */
+export class RedisTimeoutError extends Error {
+  override readonly name = 'RedisTimeoutError';
+}
+
+/**
+ * Defaults for a client the library creates. No offline queue: a call made while the connection is
+ * down fails at once instead of waiting, and cannot be replayed (counted twice) after a reconnect.
+ */
+const OWN_CLIENT_DEFAULTS: RedisOptions = {
+  lazyConnect: true,
+  enableOfflineQueue: false,
+  maxRetriesPerRequest: 1,
+  connectTimeout: 2_000,
+  connectionName: 'rate-limit',
+};
+
+/**
+ * The library's Redis connection: its own (created from the module options and closed on shutdown)
+ * or one the application supplied (left open). Runs the limiter's Lua scripts with a deadline, and
+ * loads them on every (re)connect so that EVALSHA normally hits.
+ */
+@Injectable()
+export class RedisService implements OnModuleInit, OnApplicationShutdown {
+  private readonly logger = new Logger('RateLimit');
+  private readonly redis: Redis | Cluster | undefined;
+  private readonly ownsClient: boolean;
+  private readonly timeoutMs: number;
+  private readonly scripts = new Set<RedisScript>();
+
+  constructor(@Inject(RATE_LIMIT_OPTIONS) options: RateLimitModuleOptions) {
+    this.timeoutMs = resolveModuleOptions(options).redisTimeoutMs;
+    const given = options.redis;
+    if (given === undefined) {
+      this.ownsClient = false;
+    } else if (typeof given === 'string') {
+      this.redis = new Redis(given, OWN_CLIENT_DEFAULTS);
+      this.ownsClient = true;
+    } else if ('client' in given) {
+      this.redis = given.client;
+      this.ownsClient = false;
+    } else {
+      const { url, ...redisOptions } = given;
+      const merged = { ...OWN_CLIENT_DEFAULTS, ...redisOptions };
+      this.redis = url === undefined ? new Redis(merged) : new Redis(url, merged);
+      this.ownsClient = true;
+    }
+    if (this.redis) {
+      this.redis.on('ready', () => void this.loadScripts());
+      // An 'error' event without a listener is printed for every reconnect attempt; the limiter
+      // reports failures itself, by sampling, when a request meets them.
+      if (this.ownsClient) this.redis.on('error', () => undefined);
+    }
+  }
+
+  /** Whether Redis was configured; without it the library runs on its in-process store. */
+  get isConfigured(): boolean {
+    return this.redis !== undefined;
+  }
+
+  /** The ioredis client. Throws when no Redis was configured. */
+  get client(): Redis | Cluster {
+    if (!this.redis) throw new Error('RateLimitModule: no Redis is configured (options.redis)');
+    return this.redis;
+  }
+
+  /** Where this service connects, for logs. */
+  describe(): string {
+    const client = this.client;
+    if (!this.ownsClient) return 'application-supplied client';
+    if (client instanceof Cluster) return 'cluster';
+    const { host, port, path } = client.options;
+    return path ? `unix:${path}` : `${host}:${port}`;
+  }
+
+  /** Makes a script known, so it is loaded on every (re)connect. */
+  register(script: RedisScript): void {
+    this.scripts.add(script);
+    if (this.redis?.status === 'ready') void this.loadScripts();
+  }
+
+  /**
+   * Runs a script with the configured deadline. A call past its deadline rejects with
+   * `RedisTimeoutError`; its late reply, if any, is discarded.
+   */
+  run(script: RedisScript, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {
+    return withDeadline(script.run(this.client, keys, args), this.timeoutMs, script.name);
+  }
+
+  async onModuleInit(): Promise<void> {
+    if (!this.redis || !this.ownsClient || this.redis.status !== 'wait') return;
+    try {
+      await this.redis.connect();
+    } catch (error) {
+      // Not fatal: the client keeps reconnecting, and until it is back requests follow onStoreError.
+      this.logger.error(`Redis (${this.describe()}) is not reachable yet: ${String(error)}`);
+    }
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    if (!this.redis || !this.ownsClient) return;
+    try {
+      await withDeadline(this.redis.quit(), 1_000, 'QUIT');
+    } catch {
+      this.redis.disconnect();
+    }
+  }
+
+  private async loadScripts(): Promise<void> {
+    const client = this.redis;
+    if (!client) return;
+    const nodes = client instanceof Cluster ? client.nodes('master') : [client];
+    try {
+      await Promise.all(nodes.flatMap((node) => [...this.scripts].map((script) => node.script('LOAD', script.source))));
+    } catch (error) {
+      // EVALSHA falls back to EVAL on NOSCRIPT, so a failed preload only costs one extra round trip.
+      this.logger.debug(`Preloading Lua scripts failed: ${String(error)}`);
+    }
+  }
+}
+
+function withDeadline<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new RedisTimeoutError(`Redis did not answer ${what} within ${ms} ms`)), ms);
+    promise.then(
+      (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (error: unknown) => {
+        clearTimeout(timer);
+        reject(error);
+      },
+    );
+  });
+}

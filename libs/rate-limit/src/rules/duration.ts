@@ -1,0 +1,37 @@
+const UNIT_MS: Record<string, number> = {
+  ms: 1,
+  s: 1_000,
+  m: 60_000,
+  h: 3_600_000,
+  d: 86_400_000,
+};
+
+const DURATION = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$/;
+
+/**
+ * A duration: whole milliseconds, or a string such as `'500ms'`, `'1s'`, `'1.5m'`, `'1h'`, `'1d'`.
+ * Strings made only of digits are read as milliseconds, so values from env files work as they are.
+ */
+export type Duration = number | string;
+
+/**
+ * Milliseconds for a duration, or `undefined` when it is not a positive whole number of milliseconds.
+ */
+export function parseDuration(value: unknown): number | undefined {
+  if (typeof value === 'number') {
+    return Number.isSafeInteger(value) && value > 0 ? value : undefined;
+  }
+  if (typeof value !== 'string') return undefined;
+  if (/^\s*\d+\s*$/.test(value)) return parseDuration(Number(value));
+  const match = DURATION.exec(value);
+  if (!match) return undefined;
+  return parseDuration(Number(match[1]) * UNIT_MS[match[2]]);
+}
+
+/**
+ * A positive whole number (a number, or a string of digits as env files carry), else `undefined`.
+ */
+export function parseCount(value: unknown): number | undefined {
+  const n = typeof value === 'string' && /^\s*\d+\s*$/.test(value) ? Number(value) : value;
+  return typeof n === 'number' && Number.isSafeInteger(n) && n > 0 ? n : undefined;
+}

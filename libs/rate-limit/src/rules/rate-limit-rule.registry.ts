@@ -1,0 +1,88 @@
+import { Injectable, type OnModuleInit } from '@nestjs/common';
+import { DiscoveryService, MetadataScanner } from '@nestjs/core';
+import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
+import { type RateLimitOptions, type RateLimitRule, RateLimitConfigurationError, validateRule } from './rate-limit-rule.js';
+
+// eslint-disable-next-line @typescript-eslint/no-unsafe-function-type -- what ExecutionContext.getHandler() returns
+type Handler = Function;
+const NO_RULES: readonly RateLimitRule[] = Object.freeze([]);
+
+/**
+ * Turns decorator metadata into validated rules once per handler. Every controller is checked at
+ * bootstrap, so a bad value stops the app before it serves; the guard then only looks rules up.
+ */
+@Injectable()
+export class RateLimitRuleRegistry implements OnModuleInit {
+  private readonly rulesByClass = new WeakMap<object, Map<Handler, readonly RateLimitRule[]>>();
+
+  constructor(
+    private readonly discovery: DiscoveryService,
+    private readonly scanner: MetadataScanner,
+  ) {}
+
+  onModuleInit(): void {
+    const problems = new Set<string>();
+    for (const { metatype } of this.discovery.getControllers()) {
+      if (typeof metatype !== 'function') continue;
+      const prototype = metatype.prototype as Record<string, Handler>;
+      for (const method of this.scanner.getAllMethodNames(prototype)) {
+        try {
+          this.rulesFor(metatype, prototype[method]);
+        } catch (error) {
+          if (!(error instanceof RateLimitConfigurationError)) throw error;
+          problems.add(error.message);
+        }
+      }
+    }
+    if (problems.size > 0) {
+      throw new RateLimitConfigurationError(`Invalid rate limits:\n  ${[...problems].join('\n  ')}`);
+    }
+  }
+
+  /** The rules that apply to one handler of one controller, in declaration order. */
+  rulesFor(controller: object, handler: Handler): readonly RateLimitRule[] {
+    let byHandler = this.rulesByClass.get(controller);
+    if (!byHandler) this.rulesByClass.set(controller, (byHandler = new Map()));
+    let rules = byHandler.get(handler);
+    if (!rules) byHandler.set(handler, (rules = compileRules(controller as { name: string }, handler)));
+    return rules;
+  }
+}
+
+function compileRules(controller: { name: string }, handler: Handler): readonly RateLimitRule[] {
+  const className = controller.name;
+  const route = `${className}.${handler.name}`;
+  const classRules = rulesOf(controller, className, className);
+  const handlerRules = rulesOf(handler, route, route);
+  const replaced = new Set(handlerRules.map((rule) => rule.name));
+  const rules = [...classRules.filter((rule) => !replaced.has(rule.name)), ...handlerRules];
+
+  const skip: true | readonly string[] | undefined =
+    Reflect.getMetadata(RATE_LIMIT_SKIP, handler) ?? Reflect.getMetadata(RATE_LIMIT_SKIP, controller);
+  if (skip === true) return NO_RULES;
+  if (skip) {
+    const unknown = skip.filter((name) => !rules.some((rule) => rule.name === name));
+    if (unknown.length > 0) {
+      throw new RateLimitConfigurationError(
+        `@SkipRateLimit on ${route}: 'ruleNames' ${JSON.stringify(unknown)} match no rule here (rules: ${JSON.stringify(rules.map((r) => r.name))})`,
+      );
+    }
+    return Object.freeze(rules.filter((rule) => !skip.includes(rule.name)));
+  }
+  return rules.length === 0 ? NO_RULES : Object.freeze(rules);
+}
+
+function rulesOf(target: object, declaredOn: string, defaultName: string): RateLimitRule[] {
+  const declared: RateLimitOptions[] = Reflect.getMetadata(RATE_LIMIT_RULES, target) ?? [];
+  const rules = declared.map((options) => validateRule(options, declaredOn, defaultName));
+  const seen = new Set<string>();
+  for (const rule of rules) {
+    if (seen.has(rule.name)) {
+      throw new RateLimitConfigurationError(
+        `@RateLimit on ${declaredOn}: 'name' ${JSON.stringify(rule.name)} is used by two rules; give each rule a distinct name`,
+      );
+    }
+    seen.add(rule.name);
+  }
+  return rules;
+}

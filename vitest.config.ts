@@ -1,0 +1,17 @@
+import { fileURLToPath } from 'node:url';
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  resolve: {
+    alias: {
+      '@app/rate-limit': fileURLToPath(new URL('./libs/rate-limit/src/index.ts', import.meta.url)),
+    },
+  },
+  test: {
+    include: ['libs/**/*.spec.ts', 'test/**/*.spec.ts'],
+    // Each file starts its own redis-server processes; forks keep them apart and kill them with the file.
+    pool: 'forks',
+    testTimeout: 30_000,
+    hookTimeout: 30_000,
+  },
+});
