@@ -11,6 +11,7 @@ export default defineConfig({
     include: ['libs/**/*.spec.ts', 'test/**/*.spec.ts'],
     // Each file starts its own redis-server processes; forks keep them apart and kill them with the file.
     pool: 'forks',
+    reporters: ['default', './test/support/plain-summary.reporter.ts'],
     testTimeout: 30_000,
     hookTimeout: 30_000,
   },

@@ -28,7 +28,9 @@ describe('exactness across instances sharing one Redis', () => {
     server = await startRedisServer();
     redis = server.client();
     apps = await Promise.all(
-      [1, 2, 3].map(() => createTestApp({ controllers: [ExactController], rateLimit: { redis: server.url, keyPrefix: prefix } })),
+      [1, 2, 3].map(() =>
+        createTestApp({ controllers: [ExactController], rateLimit: { redis: server.url, keyPrefix: prefix } }),
+      ),
     );
   });
 
@@ -42,7 +44,10 @@ describe('exactness across instances sharing one Redis', () => {
     for (let user = 0; user < 20; user += 1) {
       const statuses = await Promise.all(
         Array.from({ length: 40 }, (_, i) =>
-          request(servers[i % servers.length]).get('/exact').set('x-user', `user-${user}`).then((r) => r.status),
+          request(servers[i % servers.length])
+            .get('/exact')
+            .set('x-user', `user-${user}`)
+            .then((r) => r.status),
         ),
       );
       expect(statuses.filter((status) => status === 200)).toHaveLength(3);

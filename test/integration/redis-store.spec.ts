@@ -41,7 +41,10 @@ describe('Redis store (fixed-window Lua script) against a real Redis', () => {
           { length: 8 },
           (_, i) =>
             new Promise<boolean>((resolve, reject) => {
-              setTimeout(() => store.hit({ key, limit: 3, windowMs: 60_000, cost: 1 }).then((d) => resolve(d.allowed), reject), i);
+              setTimeout(
+                () => store.hit({ key, limit: 3, windowMs: 60_000, cost: 1 }).then((d) => resolve(d.allowed), reject),
+                i,
+              );
             }),
         ),
       );

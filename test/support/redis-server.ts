@@ -37,7 +37,10 @@ function findRedisServer(): string {
   const explicit = process.env.REDIS_SERVER_BIN;
   const candidates = explicit
     ? [explicit]
-    : (process.env.PATH ?? '').split(delimiter).filter(Boolean).map((dir) => join(dir, 'redis-server'));
+    : (process.env.PATH ?? '')
+        .split(delimiter)
+        .filter(Boolean)
+        .map((dir) => join(dir, 'redis-server'));
   for (const candidate of candidates) {
     try {
       accessSync(candidate, constants.X_OK);
@@ -68,7 +71,21 @@ async function launch(binary: string, port: number, extraArgs: readonly string[]
   const dir = mkdtempSync(join(tmpdir(), 'rl-redis-'));
   const child = spawn(
     binary,
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--logfile', '', ...extraArgs],
+    [
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--dir',
+      dir,
+      '--logfile',
+      '',
+      ...extraArgs,
+    ],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
   running.add(child);

@@ -3,8 +3,9 @@ import { RateLimit } from '@app/rate-limit';
 
 /** Counts requests per value of the `x-api-key` header; a request without one is refused with 400. */
 function apiKey(context: ExecutionContext): string {
-  const key = context.switchToHttp().getRequest<{ headers: Record<string, string | string[] | undefined> }>()
-    .headers['x-api-key'];
+  const key = context.switchToHttp().getRequest<{ headers: Record<string, string | string[] | undefined> }>().headers[
+    'x-api-key'
+  ];
   if (typeof key !== 'string' || key === '') {
     throw new BadRequestException('The x-api-key header is required');
   }

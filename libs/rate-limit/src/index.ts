@@ -1,5 +1,10 @@
 export { RateLimitModule } from './rate-limit.module.js';
-export type { RateLimitModuleOptions, RateLimitModuleExtras, RateLimitRedisOptions, RateLimitLoggingOptions } from './rate-limit.options.js';
+export type {
+  RateLimitModuleOptions,
+  RateLimitModuleExtras,
+  RateLimitRedisOptions,
+  RateLimitLoggingOptions,
+} from './rate-limit.options.js';
 export { RateLimit, SkipRateLimit } from './rate-limit.decorator.js';
 export type { RateLimitOptions, RateLimitBy, RateLimitIdentityResolver } from './rules/rate-limit-rule.js';
 export { RateLimitConfigurationError } from './rules/rate-limit-rule.js';

@@ -1,6 +1,12 @@
 import { type CanActivate, type ExecutionContext, Injectable } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import { type RuleDecision, attachOutcome, outcomeOf, rateLimitHeaders, retryAfterSeconds } from './rate-limit-outcome.js';
+import {
+  type RuleDecision,
+  attachOutcome,
+  outcomeOf,
+  rateLimitHeaders,
+  retryAfterSeconds,
+} from './rate-limit-outcome.js';
 import { RateLimitException } from './rate-limit.exception.js';
 import { RateLimiterService } from './rate-limiter.service.js';
 import { RateLimitRuleRegistry } from './rules/rate-limit-rule.registry.js';

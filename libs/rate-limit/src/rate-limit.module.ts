@@ -30,19 +30,19 @@ const storeProvider: Provider = {
 
 const configCentreProvider: Provider = {
   provide: RateLimitConfigCentre,
-  inject: [RATE_LIMIT_OPTIONS, ModuleRef],
-  useFactory: async (options: RateLimitModuleOptions, moduleRef: ModuleRef): Promise<RateLimitConfigCentre> => {
+  inject: [RATE_LIMIT_OPTIONS, ModuleRef, { token: ConfigService, optional: true }],
+  useFactory: async (
+    options: RateLimitModuleOptions,
+    moduleRef: ModuleRef,
+    config: ConfigService | undefined,
+  ): Promise<RateLimitConfigCentre> => {
     const { configCentre } = options;
     if (configCentre instanceof RateLimitConfigCentre) return configCentre;
     if (typeof configCentre === 'function') return moduleRef.create(configCentre);
-    let config: ConfigService;
-    try {
-      config = moduleRef.get(ConfigService, { strict: false });
-    } catch {
-      new Logger('RateLimit').log('ConfigModule is not imported; thresholds are read from process.env only');
-      config = new ConfigService();
+    if (!config) {
+      new Logger('RateLimit').log('ConfigModule is not imported: thresholds are read from process.env only');
     }
-    return new NestConfigCentre(config);
+    return new NestConfigCentre(config ?? new ConfigService());
   },
 };
 

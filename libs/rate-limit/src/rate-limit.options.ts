@@ -74,7 +74,9 @@ const LEVELS: readonly SampledLogLevel[] = ['error', 'warn', 'log', 'debug', 've
 /** Applies defaults and rejects values that cannot work, naming the field. */
 export function resolveModuleOptions(options: RateLimitModuleOptions = {}): ResolvedRateLimitOptions {
   const fail = (field: string, problem: string, value: unknown): never => {
-    throw new RateLimitConfigurationError(`RateLimitModule options: '${field}' ${problem}, got ${JSON.stringify(value)}`);
+    throw new RateLimitConfigurationError(
+      `RateLimitModule options: '${field}' ${problem}, got ${JSON.stringify(value)}`,
+    );
   };
   const positive = (field: string, value: number | undefined, fallback: number): number => {
     if (value === undefined) return fallback;
@@ -85,7 +87,8 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
     fail('keyPrefix', 'must be 1 to 32 characters of letters, digits and . _ : -', keyPrefix);
   }
   const onStoreError = options.onStoreError ?? 'allow';
-  if (onStoreError !== 'allow' && onStoreError !== 'deny') fail('onStoreError', "must be 'allow' or 'deny'", onStoreError);
+  if (onStoreError !== 'allow' && onStoreError !== 'deny')
+    fail('onStoreError', "must be 'allow' or 'deny'", onStoreError);
   let logging: ResolvedRateLimitOptions['logging'] = false;
   if (options.logging !== false) {
     const given = options.logging ?? {};
@@ -93,7 +96,11 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
     if (!LEVELS.includes(level)) fail('logging.level', `must be one of ${LEVELS.join(', ')}`, level);
     logging = {
       intervalMs: positive('logging.intervalMs', given.intervalMs, DEFAULT_LOG_INTERVAL_MS),
-      maxLinesPerSecond: positive('logging.maxLinesPerSecond', given.maxLinesPerSecond, DEFAULT_LOG_MAX_LINES_PER_SECOND),
+      maxLinesPerSecond: positive(
+        'logging.maxLinesPerSecond',
+        given.maxLinesPerSecond,
+        DEFAULT_LOG_MAX_LINES_PER_SECOND,
+      ),
       level,
     };
   }

@@ -13,7 +13,11 @@ import type { RateLimitOutcome, RuleDecision } from './rate-limit-outcome.js';
 import { rateLimitKey } from './rate-limit-key.js';
 import { DEFAULT_LOG_MAX_TRACKED } from './rate-limit.constants.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.module-definition.js';
-import { type RateLimitModuleOptions, type ResolvedRateLimitOptions, resolveModuleOptions } from './rate-limit.options.js';
+import {
+  type RateLimitModuleOptions,
+  type ResolvedRateLimitOptions,
+  resolveModuleOptions,
+} from './rate-limit.options.js';
 import type { RateLimitRule } from './rules/rate-limit-rule.js';
 import { RateLimitStore } from './stores/rate-limit-store.js';
 
@@ -41,13 +45,18 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     this.thresholds = new RuleThresholds(configCentre);
     const { logging } = this.options;
     if (logging) {
-      this.rejections = new SampledLogger(this.logger, { ...logging, maxKeys: DEFAULT_LOG_MAX_TRACKED });
+      this.rejections = new SampledLogger(this.logger, {
+        ...logging,
+        maxKeys: DEFAULT_LOG_MAX_TRACKED,
+        summary: 'Rejected requests of other keys',
+      });
     }
     this.storeErrors = new SampledLogger(this.logger, {
       intervalMs: logging ? logging.intervalMs : 10_000,
       maxLinesPerSecond: 1,
       maxKeys: 100,
       level: 'error',
+      summary: 'Rate-limit store failed',
     });
   }
 
@@ -88,7 +97,10 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       decision = this.onStoreError(rule, identity, thresholds, error);
     }
     if (!decision.allowed) {
-      this.rejections?.record(key, `Rejected by rule ${rule.name} (${thresholds.count} per ${thresholds.windowMs} ms), key ${key}`);
+      this.rejections?.record(
+        key,
+        `Rejected by rule ${rule.name} (${thresholds.count} per ${thresholds.windowMs} ms), key ${key}`,
+      );
     }
     return decision;
   }
@@ -101,8 +113,24 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       `Rate-limit store failed (${reason}); onStoreError '${policy}' ${policy === 'allow' ? 'admitted' : 'refused'} requests`,
     );
     return policy === 'allow'
-      ? { allowed: true, limit: thresholds.count, remaining: thresholds.count, resetMs: thresholds.windowMs, rule, identity, fallback: true }
-      : { allowed: false, limit: thresholds.count, remaining: 0, resetMs: STORE_ERROR_RETRY_MS, rule, identity, fallback: true };
+      ? {
+          allowed: true,
+          limit: thresholds.count,
+          remaining: thresholds.count,
+          resetMs: thresholds.windowMs,
+          rule,
+          identity,
+          fallback: true,
+        }
+      : {
+          allowed: false,
+          limit: thresholds.count,
+          remaining: 0,
+          resetMs: STORE_ERROR_RETRY_MS,
+          rule,
+          identity,
+          fallback: true,
+        };
   }
 }
 

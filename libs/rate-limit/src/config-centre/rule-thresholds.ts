@@ -26,7 +26,10 @@ export class RuleThresholds {
     try {
       override = this.centre.get(configKey);
     } catch (error) {
-      this.warnOnce(`${configKey}#error`, `Config centre failed for '${configKey}' (${String(error)}); using ${describe(rule)} from @RateLimit on ${rule.declaredOn}`);
+      this.warnOnce(
+        `${configKey}#error`,
+        `Config centre failed for '${configKey}' (${String(error)}); using ${describe(rule)} from @RateLimit on ${rule.declaredOn}`,
+      );
       return rule;
     }
     if (override === undefined || override === null) return rule;
@@ -36,7 +39,12 @@ export class RuleThresholds {
     };
   }
 
-  private field(rule: RateLimitRule, field: string, raw: unknown, parse: (raw: unknown) => number | undefined): number | undefined {
+  private field(
+    rule: RateLimitRule,
+    field: string,
+    raw: unknown,
+    parse: (raw: unknown) => number | undefined,
+  ): number | undefined {
     if (raw === undefined || raw === null || raw === '') return undefined;
     const value = parse(raw);
     if (value === undefined) {

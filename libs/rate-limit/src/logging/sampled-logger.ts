@@ -10,6 +10,8 @@ export interface SampledLoggerOptions {
   /** Keys remembered at once; an evicted key's pending count goes into the summary line. */
   maxKeys: number;
   level: SampledLogLevel;
+  /** Starts the line that sums keys past the line cap, e.g. `'Rejections of other keys'`. */
+  summary: string;
 }
 
 interface Entry {
@@ -72,7 +74,7 @@ export class SampledLogger {
     }
     if (this.unkeyedPending > 0) {
       this.write(
-        `${this.unkeyedPending} since last report, over ${this.unkeyedKeys} more keys (log line cap reached)`,
+        `${this.options.summary} (${this.unkeyedKeys} keys past the log line cap): ${this.unkeyedPending} since last report`,
       );
       this.unkeyedPending = 0;
       this.unkeyedKeys = 0;

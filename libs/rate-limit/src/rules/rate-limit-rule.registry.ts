@@ -1,7 +1,12 @@
 import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
-import { type RateLimitOptions, type RateLimitRule, RateLimitConfigurationError, validateRule } from './rate-limit-rule.js';
+import {
+  type RateLimitOptions,
+  type RateLimitRule,
+  RateLimitConfigurationError,
+  validateRule,
+} from './rate-limit-rule.js';
 
 // eslint-disable-next-line @typescript-eslint/no-unsafe-function-type -- what ExecutionContext.getHandler() returns
 type Handler = Function;
@@ -30,12 +35,12 @@ export class RateLimitRuleRegistry implements OnModuleInit {
           this.rulesFor(metatype, prototype[method]);
         } catch (error) {
           if (!(error instanceof RateLimitConfigurationError)) throw error;
-          problems.add(error.message);
+          for (const problem of error.problems) problems.add(problem);
         }
       }
     }
     if (problems.size > 0) {
-      throw new RateLimitConfigurationError(`Invalid rate limits:\n  ${[...problems].join('\n  ')}`);
+      throw new RateLimitConfigurationError([...problems]);
     }
   }
 
@@ -52,8 +57,10 @@ export class RateLimitRuleRegistry implements OnModuleInit {
 function compileRules(controller: { name: string }, handler: Handler): readonly RateLimitRule[] {
   const className = controller.name;
   const route = `${className}.${handler.name}`;
-  const classRules = rulesOf(controller, className, className);
-  const handlerRules = rulesOf(handler, route, route);
+  const problems: string[] = [];
+  const classRules = rulesOf(controller, className, className, problems);
+  const handlerRules = rulesOf(handler, route, route, problems);
+  if (problems.length > 0) throw new RateLimitConfigurationError(problems);
   const replaced = new Set(handlerRules.map((rule) => rule.name));
   const rules = [...classRules.filter((rule) => !replaced.has(rule.name)), ...handlerRules];
 
@@ -72,17 +79,23 @@ function compileRules(controller: { name: string }, handler: Handler): readonly 
   return rules.length === 0 ? NO_RULES : Object.freeze(rules);
 }
 
-function rulesOf(target: object, declaredOn: string, defaultName: string): RateLimitRule[] {
+/** Validated rules declared on a class or handler; problems are collected, not thrown, so all are reported. */
+function rulesOf(target: object, declaredOn: string, defaultName: string, problems: string[]): RateLimitRule[] {
   const declared: RateLimitOptions[] = Reflect.getMetadata(RATE_LIMIT_RULES, target) ?? [];
-  const rules = declared.map((options) => validateRule(options, declaredOn, defaultName));
-  const seen = new Set<string>();
-  for (const rule of rules) {
-    if (seen.has(rule.name)) {
-      throw new RateLimitConfigurationError(
-        `@RateLimit on ${declaredOn}: 'name' ${JSON.stringify(rule.name)} is used by two rules; give each rule a distinct name`,
-      );
+  const rules: RateLimitRule[] = [];
+  for (const options of declared) {
+    try {
+      const rule = validateRule(options, declaredOn, defaultName);
+      if (rules.some((other) => other.name === rule.name)) {
+        problems.push(
+          `@RateLimit on ${declaredOn}: 'name' ${JSON.stringify(rule.name)} is used by two rules; give each rule a distinct name`,
+        );
+      }
+      rules.push(rule);
+    } catch (error) {
+      if (!(error instanceof RateLimitConfigurationError)) throw error;
+      problems.push(...error.problems);
     }
-    seen.add(rule.name);
   }
   return rules;
 }

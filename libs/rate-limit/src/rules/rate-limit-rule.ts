@@ -45,15 +45,21 @@ export interface RateLimitRule {
 /** Thrown at bootstrap for a rule that cannot work; the message names the route and the field. */
 export class RateLimitConfigurationError extends Error {
   override readonly name = 'RateLimitConfigurationError';
+  /** Each problem found, one sentence each. */
+  readonly problems: readonly string[];
+
+  constructor(problems: string | readonly string[]) {
+    const list = typeof problems === 'string' ? [problems] : problems;
+    super(list.length === 1 ? list[0] : `Invalid rate limits:\n  ${list.join('\n  ')}`);
+    this.problems = list;
+  }
 }
 
 const RULE_NAME = /^[A-Za-z0-9._:$-]{1,64}$/;
 
 export function validateRule(options: RateLimitOptions, declaredOn: string, defaultName: string): RateLimitRule {
   const fail = (field: string, problem: string, value: unknown): never => {
-    throw new RateLimitConfigurationError(
-      `@RateLimit on ${declaredOn}: '${field}' ${problem}, got ${describe(value)}`,
-    );
+    throw new RateLimitConfigurationError(`@RateLimit on ${declaredOn}: '${field}' ${problem}, got ${describe(value)}`);
   };
   if (options === null || typeof options !== 'object') fail('options', 'must be an object', options);
 
@@ -63,7 +69,11 @@ export function validateRule(options: RateLimitOptions, declaredOn: string, defa
   }
   const windowMs = parseDuration(options.window);
   if (windowMs === undefined) {
-    fail('window', "must be a positive whole number of milliseconds or a duration such as '500ms', '1s', '1m', '1h', '1d'", options.window);
+    fail(
+      'window',
+      "must be a positive whole number of milliseconds or a duration such as '500ms', '1s', '1m', '1h', '1d'",
+      options.window,
+    );
   }
   const name = options.name ?? defaultName;
   if (typeof name !== 'string' || !RULE_NAME.test(name)) {

@@ -1,0 +1,99 @@
+import type { INestApplication } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import request from 'supertest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { AppModule } from '../../apps/demo/src/app.module.js';
+import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { uniquePrefix } from '../support/test-app.js';
+
+let server: RedisServer | undefined;
+
+async function statuses(app: INestApplication, path: string, n: number, headers: Record<string, string> = {}) {
+  const result: number[] = [];
+  for (let i = 0; i < n; i += 1) result.push((await request(app.getHttpServer()).get(path).set(headers)).status);
+  return result;
+}
+
+const repeat = (status: number, n: number) => Array.from({ length: n }, () => status);
+
+describe.each(['Redis', 'embedded'])('the demo app’s documented endpoints (%s store)', (storeName) => {
+  let app: INestApplication;
+  const env = { ...process.env };
+
+  beforeAll(async () => {
+    if (storeName === 'Redis') {
+      server ??= await startRedisServer();
+      process.env.REDIS_URL = server.url;
+    } else {
+      delete process.env.REDIS_URL;
+    }
+    process.env.RATE_LIMIT_PREFIX = uniquePrefix();
+  });
+
+  afterEach(async () => {
+    await app?.close();
+    process.env = { ...env, REDIS_URL: process.env.REDIS_URL, RATE_LIMIT_PREFIX: uniquePrefix() };
+  });
+
+  afterAll(async () => {
+    process.env = env;
+    await server?.stop();
+    server = undefined;
+  });
+
+  async function start(extraEnv: Record<string, string> = {}) {
+    Object.assign(process.env, extraEnv);
+    const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
+    app = moduleRef.createNestApplication({ logger: false });
+    await app.init();
+    return app;
+  }
+
+  it('GET /ip: 5 per 10 s per client IP', async () => {
+    await start();
+    expect(await statuses(app, '/ip', 6)).toEqual([...repeat(200, 5), 429]);
+  });
+
+  it('GET /key: 3 per 10 s per x-api-key; 400 without the header', async () => {
+    await start();
+    const missing = await request(app.getHttpServer()).get('/key').expect(400);
+    expect(missing.body.message).toBe('The x-api-key header is required');
+    expect(await statuses(app, '/key', 4, { 'x-api-key': 'alpha' })).toEqual([200, 200, 200, 429]);
+    expect(await statuses(app, '/key', 1, { 'x-api-key': 'beta' })).toEqual([200]);
+  });
+
+  it('GET /config: one counter, 10 per 60 s by default', async () => {
+    await start();
+    expect(await statuses(app, '/config', 11)).toEqual([...repeat(200, 10), 429]);
+  });
+
+  it('GET /config: threshold from RATE_LIMIT_DEMO_CONFIG_COUNT / _WINDOW', async () => {
+    await start({ RATE_LIMIT_DEMO_CONFIG_COUNT: '2', RATE_LIMIT_DEMO_CONFIG_WINDOW: '1h' });
+    const first = await request(app.getHttpServer()).get('/config').expect(200);
+    expect(first.headers['ratelimit-limit']).toBe('2');
+    expect(first.headers['ratelimit-reset']).toBe('3600');
+    expect(await statuses(app, '/config', 2)).toEqual([200, 429]);
+  });
+
+  it('GET /ping: 100 per second by default, overridable with RATE_LIMIT_DEMO_PING_COUNT', async () => {
+    await start();
+    const first = await request(app.getHttpServer()).get('/ping').expect(200);
+    expect(first.headers['ratelimit-limit']).toBe('100');
+    process.env.RATE_LIMIT_DEMO_PING_COUNT = '1';
+    await request(app.getHttpServer()).get('/ping').expect(429);
+  });
+
+  it('GET /orders and /orders/:id: a class limit of 10 with a handler override of 4', async () => {
+    await start();
+    expect(await statuses(app, '/orders/7', 5)).toEqual([...repeat(200, 4), 429]);
+    process.env.RATE_LIMIT_PREFIX = uniquePrefix();
+    await app.close();
+    await start();
+    expect(await statuses(app, '/orders', 11)).toEqual([...repeat(200, 10), 429]);
+  });
+
+  it('GET /health: exempt', async () => {
+    await start();
+    expect(await statuses(app, '/health', 30)).toEqual(repeat(200, 30));
+  });
+});

@@ -1,0 +1,91 @@
+import { Controller, type ExecutionContext, Get, type INestApplication } from '@nestjs/common';
+import request from 'supertest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RateLimit } from '@app/rate-limit';
+import { LogCapture } from '../support/log-capture.js';
+import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { createTestApp, uniquePrefix } from '../support/test-app.js';
+
+@Controller('guarded')
+class GuardedController {
+  @Get()
+  @RateLimit({ count: 100, window: '1m' })
+  get() {
+    return { ok: true };
+  }
+
+  @Get('anonymous')
+  @RateLimit({
+    count: 5,
+    window: '1m',
+    by: (context: ExecutionContext) => context.switchToHttp().getRequest().headers['x-user'],
+  })
+  anonymous() {
+    return { ok: true };
+  }
+}
+
+describe('when Redis stops answering, requests are decided by onStoreError within the deadline', () => {
+  let server: RedisServer;
+  const logs = new LogCapture();
+  let allowApp: INestApplication;
+  let denyApp: INestApplication;
+
+  beforeAll(async () => {
+    server = await startRedisServer();
+    const common = { redis: server.url, keyPrefix: uniquePrefix(), redisTimeoutMs: 50 };
+    // Both apps log to the capture: Nest's logger is process-wide.
+    allowApp = await createTestApp({
+      controllers: [GuardedController],
+      rateLimit: { ...common, onStoreError: 'allow' },
+      logger: logs,
+    });
+    denyApp = await createTestApp({
+      controllers: [GuardedController],
+      rateLimit: { ...common, onStoreError: 'deny' },
+      logger: logs,
+    });
+  });
+
+  afterAll(async () => {
+    process.kill(server.pid, 'SIGCONT');
+    await allowApp?.close();
+    await denyApp?.close();
+    await server?.stop();
+  });
+
+  it('admits (allow) or refuses with 429 and Retry-After (deny) while Redis is paused, then uses Redis again', async () => {
+    await request(allowApp.getHttpServer()).get('/guarded').expect(200).expect('ratelimit-remaining', '99');
+
+    process.kill(server.pid, 'SIGSTOP');
+    try {
+      for (let i = 0; i < 5; i += 1) {
+        const allowed = await request(allowApp.getHttpServer()).get('/guarded').expect(200);
+        expect(allowed.headers['ratelimit-limit']).toBeUndefined();
+        const denied = await request(denyApp.getHttpServer()).get('/guarded').expect(429);
+        expect(denied.headers['retry-after']).toBe('1');
+        expect(denied.body).toMatchObject({ statusCode: 429, retryAfter: 1 });
+      }
+    } finally {
+      process.kill(server.pid, 'SIGCONT');
+    }
+    // Ten failures, one sampled line per app.
+    const failures = logs.at(
+      'error',
+      /^Rate-limit store failed \(RedisTimeoutError: Redis did not answer fixed-window within 50 ms\)/,
+    );
+    expect(failures).toEqual([
+      expect.stringContaining("onStoreError 'allow' admitted requests: 1 since last report"),
+      expect.stringContaining("onStoreError 'deny' refused requests: 1 since last report"),
+    ]);
+
+    // The timed-out calls were sent, so Redis still counts them when it wakes up: 1 + 5 + 5 + 1.
+    await request(allowApp.getHttpServer()).get('/guarded').expect(200).expect('ratelimit-remaining', '88');
+  });
+
+  it('answers 500 with a clear log line when a `by` resolver gives no identity, and 200 when it gives one', async () => {
+    await request(allowApp.getHttpServer()).get('/guarded/anonymous').expect(500);
+    expect(logs.at('error', /@RateLimit on GuardedController.anonymous: 'by' returned undefined/)).toHaveLength(1);
+    await request(allowApp.getHttpServer()).get('/guarded/anonymous').set('x-user', 'u1').expect(200);
+  });
+});

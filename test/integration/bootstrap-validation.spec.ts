@@ -1,0 +1,130 @@
+import { Controller, Get, type INestApplication } from '@nestjs/common';
+import { describe, expect, it } from 'vitest';
+import { RateLimit, RateLimitConfigurationError, RateLimitModule, SkipRateLimit } from '@app/rate-limit';
+import { createTestApp } from '../support/test-app.js';
+
+/** A controller whose one handler carries `@RateLimit(options)`, built per case. */
+function controllerWith(options: Record<string, unknown>) {
+  @Controller('bad')
+  class BadController {
+    @Get()
+    @RateLimit(options as never)
+    handler() {
+      return {};
+    }
+  }
+  return BadController;
+}
+
+async function bootstrapError(controller: new () => unknown): Promise<Error> {
+  let app: INestApplication | undefined;
+  try {
+    app = await createTestApp({ controllers: [controller] });
+  } catch (error) {
+    return error as Error;
+  } finally {
+    await app?.close();
+  }
+  throw new Error('bootstrap succeeded');
+}
+
+describe('bad rule options fail at bootstrap, naming Controller.method and the field', () => {
+  it.each([
+    ['count', 0],
+    ['count', -1],
+    ['count', Number.NaN],
+    ['count', 2.5],
+    ['count', '5'],
+    ['count', undefined],
+    ['window', '5 parsecs'],
+    ['window', 0],
+    ['window', -1_000],
+    ['window', 1.5],
+    ['window', ''],
+  ])('rejects %s = %s', async (field, value) => {
+    const error = await bootstrapError(controllerWith({ count: 5, window: '1s', [field]: value }));
+    expect(error).toBeInstanceOf(RateLimitConfigurationError);
+    expect(error.message).toContain(`@RateLimit on BadController.handler: '${field}'`);
+  });
+
+  it.each([
+    ['by', 'cookie'],
+    ['configKey', ''],
+    ['name', 'has space'],
+    ['name', '{slot}'],
+  ])('rejects %s = %j', async (field, value) => {
+    const error = await bootstrapError(controllerWith({ count: 5, window: '1s', [field]: value }));
+    expect(error.message).toContain(`@RateLimit on BadController.handler: '${field}'`);
+  });
+
+  it('names a class rule by its controller and lists every problem at once', async () => {
+    @Controller('bad-class')
+    @RateLimit({ count: 0, window: '1s' })
+    class BadClassController {
+      @Get()
+      @RateLimit({ count: 1, window: 'soon' })
+      handler() {
+        return {};
+      }
+    }
+    const error = await bootstrapError(BadClassController);
+    expect(error.message).toContain("@RateLimit on BadClassController: 'count' must be a positive whole number, got 0");
+    expect(error.message).toContain("@RateLimit on BadClassController.handler: 'window'");
+  });
+
+  it('rejects two rules with one name on a handler, and @SkipRateLimit names that match no rule', async () => {
+    @Controller('dup')
+    class DuplicateController {
+      @Get()
+      @RateLimit(1, '1s')
+      @RateLimit(2, '1m')
+      handler() {
+        return {};
+      }
+
+      @Get('skip')
+      @RateLimit({ name: 'real', count: 1, window: '1s' })
+      @SkipRateLimit('typo')
+      skip() {
+        return {};
+      }
+    }
+    const error = await bootstrapError(DuplicateController);
+    expect(error.message).toContain(
+      `@RateLimit on DuplicateController.handler: 'name' "DuplicateController.handler" is used by two rules`,
+    );
+    expect(error.message).toContain(
+      `@SkipRateLimit on DuplicateController.skip: 'ruleNames' ["typo"] match no rule here`,
+    );
+  });
+
+  it('accepts the valid forms: milliseconds, duration strings, positional arguments', async () => {
+    @Controller('good')
+    class GoodController {
+      @Get('a')
+      @RateLimit(5, 500)
+      a() {}
+      @Get('b')
+      @RateLimit({ count: 1, window: '1.5m', by: 'global', name: 'b-rule', configKey: 'good.b' })
+      b() {}
+      @Get('c')
+      @RateLimit(10, '1d', 'good.c')
+      c() {}
+    }
+    const app = await createTestApp({ controllers: [GoodController] });
+    await app.close();
+  });
+});
+
+describe('bad module options fail when the module is declared', () => {
+  it.each([
+    [{ keyPrefix: 'has space' }, 'keyPrefix'],
+    [{ keyPrefix: '{tag}' }, 'keyPrefix'],
+    [{ redisTimeoutMs: 0 }, 'redisTimeoutMs'],
+    [{ onStoreError: 'maybe' }, 'onStoreError'],
+    [{ logging: { intervalMs: -1 } }, 'logging.intervalMs'],
+    [{ memoryStoreMaxKeys: 1.5 }, 'memoryStoreMaxKeys'],
+  ])('rejects %j', (options, field) => {
+    expect(() => RateLimitModule.forRoot(options as never)).toThrow(`RateLimitModule options: '${field}'`);
+  });
+});
