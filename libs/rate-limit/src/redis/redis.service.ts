@@ -104,11 +104,18 @@ export class RedisService implements OnModuleInit, OnApplicationShutdown {
   }
 
   async onApplicationShutdown(): Promise<void> {
-    if (!this.redis || !this.ownsClient) return;
+    const client = this.redis;
+    if (!client || !this.ownsClient || client.status === 'end') return;
+    const ended = new Promise<void>((resolve) => client.once('end', resolve));
     try {
-      await withDeadline(this.redis.quit(), 1_000, 'QUIT');
+      // QUIT lets replies in flight arrive; waiting for 'end' means the socket is gone when the app is.
+      await withDeadline(
+        client.quit().then(() => ended),
+        1_000,
+        'QUIT',
+      );
     } catch {
-      this.redis.disconnect();
+      client.disconnect();
     }
   }
 

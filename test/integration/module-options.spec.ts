@@ -1,0 +1,133 @@
+import { Controller, Get, Module, UseGuards, UseInterceptors } from '@nestjs/common';
+import { ConfigModule, ConfigService } from '@nestjs/config';
+import { Test } from '@nestjs/testing';
+import request from 'supertest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RateLimit, RateLimitGuard, RateLimitInterceptor, RateLimitModule, RedisService } from '@app/rate-limit';
+import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { uniquePrefix } from '../support/test-app.js';
+
+@Controller('opt-in')
+@UseGuards(RateLimitGuard)
+@UseInterceptors(RateLimitInterceptor)
+class OptInController {
+  @Get()
+  @RateLimit(2, '1m')
+  get() {
+    return {};
+  }
+}
+
+@Controller('not-guarded')
+class NotGuardedController {
+  @Get()
+  @RateLimit(1, '1m')
+  get() {
+    return {};
+  }
+}
+
+/** A feature module that does not import RateLimitModule: it relies on `isGlobal`. */
+@Module({ controllers: [OptInController, NotGuardedController] })
+class FeatureModule {}
+
+describe('module options', () => {
+  let server: RedisServer;
+
+  beforeAll(async () => {
+    server = await startRedisServer();
+  });
+
+  afterAll(() => server?.stop());
+
+  it('forRootAsync with isGlobal and globalGuard: false limits only where @UseGuards applies the guard', async () => {
+    const prefix = uniquePrefix();
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        ConfigModule.forRoot({ isGlobal: true, ignoreEnvFile: true, load: [() => ({ redisUrl: server.url, prefix })] }),
+        RateLimitModule.forRootAsync({
+          isGlobal: true,
+          globalGuard: false,
+          inject: [ConfigService],
+          useFactory: (config: ConfigService) => ({
+            redis: config.get<string>('redisUrl'),
+            keyPrefix: config.get<string>('prefix'),
+          }),
+        }),
+        FeatureModule,
+      ],
+    }).compile();
+    const app = moduleRef.createNestApplication({ logger: false });
+    await app.init();
+    try {
+      const http = request(app.getHttpServer());
+      const first = await http.get('/opt-in').expect(200);
+      expect(first.headers['ratelimit-remaining']).toBe('1');
+      await http.get('/opt-in').expect(200);
+      await http.get('/opt-in').expect(429);
+      for (let i = 0; i < 3; i += 1) await http.get('/not-guarded').expect(200);
+      const redis = server.client();
+      const keys = await redis.keys(`${prefix}:*`);
+      expect(keys).toEqual([expect.stringMatching(new RegExp(`^${prefix}:OptInController\\.get:`))]);
+      expect(await redis.get(keys[0])).toBe('2');
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('uses a client the application supplies and leaves it open on shutdown', async () => {
+    const client = server.client();
+    const moduleRef = await Test.createTestingModule({
+      imports: [RateLimitModule.forRoot({ redis: { client }, keyPrefix: uniquePrefix() })],
+      controllers: [NotGuardedController],
+    }).compile();
+    const app = moduleRef.createNestApplication({ logger: false });
+    await app.init();
+    expect(app.get(RedisService).client).toBe(client);
+    await request(app.getHttpServer()).get('/not-guarded').expect(200);
+    await request(app.getHttpServer()).get('/not-guarded').expect(429);
+    await app.close();
+    expect(client.status).toBe('ready');
+    expect(await client.ping()).toBe('PONG');
+  });
+
+  it('closes the connection it created on shutdown', async () => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        RateLimitModule.forRoot({ redis: { url: server.url, connectTimeout: 1_000 }, keyPrefix: uniquePrefix() }),
+      ],
+      controllers: [NotGuardedController],
+    }).compile();
+    const app = moduleRef.createNestApplication({ logger: false });
+    await app.init();
+    const { client } = app.get(RedisService);
+    expect(client.status).toBe('ready');
+    await app.close();
+    expect(client.status).toBe('end');
+  });
+
+  it('reads thresholds from process.env when ConfigModule is not imported', async () => {
+    process.env.RATE_LIMIT_NO_CONFIG_MODULE_COUNT = '1';
+    @Controller('env-only')
+    class EnvOnlyController {
+      @Get()
+      @RateLimit(5, '1m', 'no-config-module')
+      get() {
+        return {};
+      }
+    }
+    const moduleRef = await Test.createTestingModule({
+      imports: [RateLimitModule.forRoot()],
+      controllers: [EnvOnlyController],
+    }).compile();
+    const app = moduleRef.createNestApplication({ logger: false });
+    await app.init();
+    try {
+      await request(app.getHttpServer()).get('/env-only').expect(200).expect('ratelimit-limit', '1');
+      await request(app.getHttpServer()).get('/env-only').expect(429);
+    } finally {
+      delete process.env.RATE_LIMIT_NO_CONFIG_MODULE_COUNT;
+      await app.close();
+    }
+  });
+});
