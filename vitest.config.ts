@@ -9,6 +9,7 @@ export default defineConfig({
   },
   test: {
     include: ['libs/**/*.spec.ts', 'test/**/*.spec.ts'],
+    benchmark: { include: ['bench/**/*.bench.ts'] },
     // Each file starts its own redis-server processes; forks keep them apart and kill them with the file.
     pool: 'forks',
     reporters: ['default', './test/support/plain-summary.reporter.ts'],
