@@ -45,7 +45,7 @@ export function RateLimit(
  * ```
  */
 export function SkipRateLimit(...ruleNames: string[]): ClassDecorator & MethodDecorator {
-  const skip: true | readonly string[] = ruleNames.length === 0 ? true : ruleNames;
+  const skip: true | string[] = ruleNames.length === 0 ? true : ruleNames;
   return (target: object, _key?: string | symbol, descriptor?: PropertyDescriptor) => {
     Reflect.defineMetadata(RATE_LIMIT_SKIP, skip, descriptor ? (descriptor.value as object) : target);
   };

@@ -1,5 +1,5 @@
 import { Injectable, type OnModuleInit } from '@nestjs/common';
-import { DiscoveryService, MetadataScanner } from '@nestjs/core';
+import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
 import {
   type RateLimitOptions,
@@ -18,11 +18,12 @@ const NO_RULES: readonly RateLimitRule[] = Object.freeze([]);
  */
 @Injectable()
 export class RateLimitRuleRegistry implements OnModuleInit {
-  private readonly rulesByClass = new WeakMap<object, Map<Handler, readonly RateLimitRule[]>>();
+  private readonly rulesByClass = new WeakMap<Handler, Map<Handler, readonly RateLimitRule[]>>();
 
   constructor(
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
+    private readonly reflector: Reflector,
   ) {}
 
   onModuleInit(): void {
@@ -45,57 +46,56 @@ export class RateLimitRuleRegistry implements OnModuleInit {
   }
 
   /** The rules that apply to one handler of one controller, in declaration order. */
-  rulesFor(controller: object, handler: Handler): readonly RateLimitRule[] {
+  rulesFor(controller: Handler, handler: Handler): readonly RateLimitRule[] {
     let byHandler = this.rulesByClass.get(controller);
     if (!byHandler) this.rulesByClass.set(controller, (byHandler = new Map()));
     let rules = byHandler.get(handler);
-    if (!rules) byHandler.set(handler, (rules = compileRules(controller as { name: string }, handler)));
+    if (!rules) byHandler.set(handler, (rules = this.compile(controller, handler)));
     return rules;
   }
-}
 
-function compileRules(controller: { name: string }, handler: Handler): readonly RateLimitRule[] {
-  const className = controller.name;
-  const route = `${className}.${handler.name}`;
-  const problems: string[] = [];
-  const classRules = rulesOf(controller, className, className, problems);
-  const handlerRules = rulesOf(handler, route, route, problems);
-  if (problems.length > 0) throw new RateLimitConfigurationError(problems);
-  const replaced = new Set(handlerRules.map((rule) => rule.name));
-  const rules = [...classRules.filter((rule) => !replaced.has(rule.name)), ...handlerRules];
+  private compile(controller: Handler, handler: Handler): readonly RateLimitRule[] {
+    const className = controller.name;
+    const route = `${className}.${handler.name}`;
+    const problems: string[] = [];
+    const classRules = this.declaredOn(controller, className, className, problems);
+    const handlerRules = this.declaredOn(handler, route, route, problems);
+    if (problems.length > 0) throw new RateLimitConfigurationError(problems);
+    const replaced = new Set(handlerRules.map((rule) => rule.name));
+    const rules = [...classRules.filter((rule) => !replaced.has(rule.name)), ...handlerRules];
 
-  const skip: true | readonly string[] | undefined =
-    Reflect.getMetadata(RATE_LIMIT_SKIP, handler) ?? Reflect.getMetadata(RATE_LIMIT_SKIP, controller);
-  if (skip === true) return NO_RULES;
-  if (skip) {
-    const unknown = skip.filter((name) => !rules.some((rule) => rule.name === name));
-    if (unknown.length > 0) {
-      throw new RateLimitConfigurationError(
-        `@SkipRateLimit on ${route}: 'ruleNames' ${JSON.stringify(unknown)} match no rule here (rules: ${JSON.stringify(rules.map((r) => r.name))})`,
-      );
-    }
-    return Object.freeze(rules.filter((rule) => !skip.includes(rule.name)));
-  }
-  return rules.length === 0 ? NO_RULES : Object.freeze(rules);
-}
-
-/** Validated rules declared on a class or handler; problems are collected, not thrown, so all are reported. */
-function rulesOf(target: object, declaredOn: string, defaultName: string, problems: string[]): RateLimitRule[] {
-  const declared: RateLimitOptions[] = Reflect.getMetadata(RATE_LIMIT_RULES, target) ?? [];
-  const rules: RateLimitRule[] = [];
-  for (const options of declared) {
-    try {
-      const rule = validateRule(options, declaredOn, defaultName);
-      if (rules.some((other) => other.name === rule.name)) {
-        problems.push(
-          `@RateLimit on ${declaredOn}: 'name' ${JSON.stringify(rule.name)} is used by two rules; give each rule a distinct name`,
+    const skip = this.reflector.getAllAndOverride<true | string[] | undefined>(RATE_LIMIT_SKIP, [handler, controller]);
+    if (skip === true) return NO_RULES;
+    if (skip) {
+      const unknown = skip.filter((name) => !rules.some((rule) => rule.name === name));
+      if (unknown.length > 0) {
+        throw new RateLimitConfigurationError(
+          `@SkipRateLimit on ${route}: 'ruleNames' ${JSON.stringify(unknown)} match no rule here (rules: ${JSON.stringify(rules.map((r) => r.name))})`,
         );
       }
-      rules.push(rule);
-    } catch (error) {
-      if (!(error instanceof RateLimitConfigurationError)) throw error;
-      problems.push(...error.problems);
+      return Object.freeze(rules.filter((rule) => !skip.includes(rule.name)));
     }
+    return rules.length === 0 ? NO_RULES : Object.freeze(rules);
   }
-  return rules;
+
+  /** Validated rules declared on a class or handler; problems are collected, not thrown, so all are reported. */
+  private declaredOn(target: Handler, declaredOn: string, defaultName: string, problems: string[]): RateLimitRule[] {
+    const declared = this.reflector.get<RateLimitOptions[] | undefined>(RATE_LIMIT_RULES, target) ?? [];
+    const rules: RateLimitRule[] = [];
+    for (const options of declared) {
+      try {
+        const rule = validateRule(options, declaredOn, defaultName);
+        if (rules.some((other) => other.name === rule.name)) {
+          problems.push(
+            `@RateLimit on ${declaredOn}: 'name' ${JSON.stringify(rule.name)} is used by two rules; give each rule a distinct name`,
+          );
+        }
+        rules.push(rule);
+      } catch (error) {
+        if (!(error instanceof RateLimitConfigurationError)) throw error;
+        problems.push(...error.problems);
+      }
+    }
+    return rules;
+  }
 }
