@@ -10,7 +10,7 @@ import { ExecutionContextHost } from '@nestjs/core/helpers/execution-context-hos
 import { Test } from '@nestjs/testing';
 import { bench, describe } from 'vitest';
 import { RateLimit, RateLimitGuard, RateLimitModule } from '@app/rate-limit';
-import { rateLimitKey } from '../libs/rate-limit/src/rate-limit-key.js';
+import { rateLimitKeys } from '../libs/rate-limit/src/rate-limit-key.js';
 
 @Controller()
 class BenchController {
@@ -52,9 +52,9 @@ describe('one decision (embedded store)', () => {
     plain();
   });
   bench('rateLimitKey, plain identity', () => {
-    rateLimitKey('rl', 'BenchController.plain', '10.1.2.3');
+    rateLimitKeys('rl', 'BenchController.plain', '10.1.2.3', 'fixed-window');
   });
   bench('rateLimitKey, hostile identity (SHA-256)', () => {
-    rateLimitKey('rl', 'BenchController.plain', '{slot}\n'.repeat(20));
+    rateLimitKeys('rl', 'BenchController.plain', '{slot}\n'.repeat(20), 'fixed-window');
   });
 });

@@ -1,7 +1,6 @@
 import { Controller, Get, type INestApplication, UseGuards } from '@nestjs/common';
-import type { Redis } from 'ioredis';
 import request from 'supertest';
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { RateLimit, RateLimitGuard, SkipRateLimit } from '@app/rate-limit';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
@@ -28,6 +27,16 @@ class LimitedController {
   }
 }
 
+@Controller('multi')
+@RateLimit({ name: 'multi-minute', count: 3, window: '1m' })
+class MultiController {
+  @Get()
+  @RateLimit({ name: 'multi-second', count: 1, window: '1s' })
+  get() {
+    return {};
+  }
+}
+
 @Controller('shop')
 @RateLimit({ name: 'shop', count: 4, window: '10s', by: 'global' })
 class ShopController {
@@ -49,80 +58,31 @@ class ShopController {
   }
 }
 
-interface StoreUnderTest {
-  name: string;
-  setUp(): Promise<{ redis?: string; prefix: string }>;
-  /** Resolves once the window of `keyPattern`'s counter is over. */
-  endWindow(keyPrefix: string): Promise<void>;
-  tearDown(): Promise<void>;
-}
-
 let server: RedisServer | undefined;
-let subscriber: Redis | undefined;
 
-const redisStore: StoreUnderTest = {
-  name: 'Redis',
-  async setUp() {
-    server ??= await startRedisServer(['--notify-keyspace-events', 'Ex']);
-    return { redis: server.url, prefix: uniquePrefix() };
-  },
-  // The counter's TTL is Redis's clock; wait for its expiry event rather than sleeping.
-  endWindow(keyPrefix) {
-    subscriber ??= server!.client();
-    const events = subscriber;
-    return new Promise<void>((resolve) => {
-      const onMessage = (_channel: string, key: string) => {
-        if (key.startsWith(keyPrefix)) {
-          events.off('message', onMessage);
-          resolve();
-        }
-      };
-      events.on('message', onMessage);
-      void events.subscribe('__keyevent@0__:expired');
-    });
-  },
-  async tearDown() {
-    await server?.stop();
-    server = undefined;
-    subscriber = undefined;
-  },
-};
+const stores = [
+  { name: 'Redis', url: async () => (server ??= await startRedisServer()).url },
+  { name: 'embedded memory', url: () => Promise.resolve(undefined) },
+];
 
-const memoryStore: StoreUnderTest = {
-  name: 'embedded memory',
-  setUp() {
-    vi.useFakeTimers({ toFake: ['Date'] });
-    return Promise.resolve({ prefix: uniquePrefix() });
-  },
-  endWindow() {
-    vi.setSystemTime(Date.now() + 1_000);
-    return Promise.resolve();
-  },
-  tearDown() {
-    vi.useRealTimers();
-    return Promise.resolve();
-  },
-};
-
-describe.each([redisStore, memoryStore])('rate limiting over HTTP with the $name store', (store) => {
+// Time comes from the module's `clock` option, driven by a fake Date, so windows end when the test says.
+describe.each(stores)('rate limiting over HTTP with the $name store', (store) => {
   let app: INestApplication;
-  let prefix: string;
 
   beforeAll(async () => {
-    const setting = await store.setUp();
-    prefix = setting.prefix;
+    vi.useFakeTimers({ toFake: ['Date'] });
     app = await createTestApp({
-      controllers: [LimitedController, ShopController],
-      rateLimit: { redis: setting.redis, keyPrefix: prefix },
+      controllers: [LimitedController, ShopController, MultiController],
+      rateLimit: { redis: await store.url(), keyPrefix: uniquePrefix(), clock: () => Date.now() },
     });
   });
 
   afterAll(async () => {
+    vi.useRealTimers();
     await app?.close();
-    await store.tearDown();
+    await server?.stop();
+    server = undefined;
   });
-
-  afterEach(() => vi.clearAllMocks());
 
   it('admits 3 per second, then answers 429 with Retry-After, the headers and the JSON body, then admits again', async () => {
     const http = request(app.getHttpServer());
@@ -147,7 +107,7 @@ describe.each([redisStore, memoryStore])('rate limiting over HTTP with the $name
       retryAfter: 1,
     });
 
-    await store.endWindow(`${prefix}:LimitedController.get:`);
+    vi.setSystemTime(Date.now() + 1_000);
     const again = await http.get('/limited').expect(200);
     expect(again.headers['ratelimit-remaining']).toBe('2');
   });
@@ -181,8 +141,34 @@ describe.each([redisStore, memoryStore])('rate limiting over HTTP with the $name
     await http.get('/shop/list').expect(200);
     await http.get('/shop/list').expect(429);
 
-    // search carries the class rule 'shop' (exhausted) and its own rule; the 429 names the tighter wait.
+    // search carries the class rule 'shop' (exhausted) and its own rule (1 per 10 s per IP).
     const searchRejected = await http.get('/shop/search').expect(429);
     expect(searchRejected.headers['ratelimit-limit']).toBe('4');
+    // The rejected request moved no counter: search's own rule still has its one unit.
+    vi.setSystemTime(Date.now() + 10_000);
+    const searchAdmitted = await http.get('/shop/search').expect(200);
+    expect(searchAdmitted.headers['ratelimit-remaining']).toBe('0');
+    expect(searchAdmitted.headers['ratelimit-limit']).toBe('1');
+  });
+
+  it('moves no counter when one rule rejects, and reports the longest wait when several do', async () => {
+    const http = request(app.getHttpServer());
+    // Class rule: 3 per minute; handler rule: 1 per second.
+    await http.get('/multi').expect(200);
+    const second = await http.get('/multi').expect(429);
+    expect(second.headers['ratelimit-limit']).toBe('1');
+    vi.setSystemTime(Date.now() + 1_000);
+    // Had the rejected request counted on the class rule, only one unit would be left here.
+    const third = await http.get('/multi').expect(200);
+    expect(third.headers['ratelimit-remaining']).toBe('0');
+    const fourth = await http.get('/multi').expect(429);
+    expect(fourth.headers['ratelimit-limit']).toBe('1');
+    vi.setSystemTime(Date.now() + 1_000);
+    await http.get('/multi').expect(200);
+    // Now both rules reject: the minute rule's wait (about 58 s) wins over the second rule's (1 s).
+    const both = await http.get('/multi').expect(429);
+    expect(both.headers['ratelimit-limit']).toBe('3');
+    expect(Number(both.headers['retry-after'])).toBeGreaterThan(50);
+    expect(both.body.retryAfter).toBe(Number(both.headers['retry-after']));
   });
 });

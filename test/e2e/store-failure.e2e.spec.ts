@@ -72,7 +72,7 @@ describe('when Redis stops answering, requests are decided by onStoreError withi
     // Ten failures, one sampled line per app.
     const failures = logs.at(
       'error',
-      /^Rate-limit store failed \(RedisTimeoutError: Redis did not answer fixed-window within 50 ms\)/,
+      /^Rate-limit store failed \(RedisTimeoutError: Redis did not answer consume within 50 ms\)/,
     );
     expect(failures).toEqual([
       expect.stringContaining("onStoreError 'allow' admitted requests: 1 since last report"),

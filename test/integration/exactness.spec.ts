@@ -52,7 +52,7 @@ describe('exactness across instances sharing one Redis', () => {
       );
       expect(statuses.filter((status) => status === 200)).toHaveLength(3);
       expect(statuses.filter((status) => status === 429)).toHaveLength(37);
-      expect(await redis.get(`${prefix}:exact:user-${user}`)).toBe('3');
+      expect(await redis.hget(`${prefix}:{user-${user}}:exact:fw`, 'c')).toBe('3');
     }
   });
 });

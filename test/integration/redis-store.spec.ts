@@ -1,27 +1,31 @@
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RedisRateLimitStore, RedisService } from '@app/rate-limit';
+import type { RateLimitStore } from '@app/rate-limit';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { createStore, hit } from '../support/store-module.js';
 import { uniquePrefix } from '../support/test-app.js';
 
-describe('Redis store (fixed-window Lua script) against a real Redis', () => {
+describe('Redis store (consume script) against a real Redis', () => {
   let server: RedisServer;
   let redis: Redis;
-  let service: RedisService;
-  let store: RedisRateLimitStore;
+  let store: RateLimitStore;
+  let close: () => Promise<void>;
 
   beforeAll(async () => {
     server = await startRedisServer();
     redis = server.client();
-    service = new RedisService({ redis: server.url, redisTimeoutMs: 1_000 });
-    await service.onModuleInit();
-    store = new RedisRateLimitStore(service);
+    ({ store, close } = await createStore({ redis: server.url, redisTimeoutMs: 1_000 }));
   });
 
   afterAll(async () => {
-    await service?.onApplicationShutdown();
+    await close?.();
     await server?.stop();
   });
+
+  async function redisNow(): Promise<number> {
+    const [seconds, micros] = await redis.time();
+    return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+  }
 
   async function keysWithoutTtl(pattern: string): Promise<string[]> {
     const keys = await redis.keys(pattern);
@@ -34,76 +38,77 @@ describe('Redis store (fixed-window Lua script) against a real Redis', () => {
     const admitted: number[] = [];
     for (let round = 0; round < 100; round += 1) {
       const key = `${prefix}:edge:${round}`;
-      // Near the limit, about to expire: some hits land before the expiry, some after.
-      await redis.set(key, '2', 'PX', 3);
+      // Near the limit, its window ending (and the key expiring) in 3 ms: some hits land before, some after.
+      await redis.hset(key, 's', (await redisNow()) - 60_000 + 3, 'c', 2);
+      await redis.pexpire(key, 3);
       const decisions = await Promise.all(
         Array.from(
           { length: 8 },
           (_, i) =>
             new Promise<boolean>((resolve, reject) => {
               setTimeout(
-                () => store.hit({ key, limit: 3, windowMs: 60_000, cost: 1 }).then((d) => resolve(d.allowed), reject),
+                () => store.consume([hit(key, { limit: 3, windowMs: 60_000 })]).then((d) => resolve(d.allowed), reject),
                 i,
               );
             }),
         ),
       );
       admitted.push(decisions.filter(Boolean).length);
-      const ttl = await redis.pttl(key);
-      expect(ttl, `round ${round}`).toBeGreaterThan(0);
-      expect(Number(await redis.get(key))).toBeLessThanOrEqual(3);
+      expect(await redis.pttl(key), `round ${round}`).toBeGreaterThan(0);
+      expect(Number(await redis.hget(key, 'c'))).toBeLessThanOrEqual(3);
     }
     expect(await keysWithoutTtl(`${prefix}:*`)).toEqual([]);
-    // Both sides of the expiry were exercised: rounds where only the old window's last slot was
-    // taken (1 admitted) and rounds that reached a new window (more than 1 admitted).
+    // Rounds reached a new window (more than the one slot left in the old one was admitted).
     expect(admitted.some((n) => n > 1)).toBe(true);
   });
 
   it('repairs a key left without a TTL on the next request, admitted or not', async () => {
     const prefix = uniquePrefix();
-    await redis.set(`${prefix}:planted:over`, '7');
-    await redis.set(`${prefix}:planted:under`, '1');
+    const now = await redisNow();
+    await redis.hset(`${prefix}:over`, 's', now, 'c', 7);
+    await redis.hset(`${prefix}:under`, 's', now, 'c', 1);
     expect(await keysWithoutTtl(`${prefix}:*`)).toHaveLength(2);
 
-    const over = await store.hit({ key: `${prefix}:planted:over`, limit: 3, windowMs: 5_000, cost: 1 });
-    const under = await store.hit({ key: `${prefix}:planted:under`, limit: 3, windowMs: 5_000, cost: 1 });
+    const over = await store.consume([hit(`${prefix}:over`, { limit: 3, windowMs: 5_000 })]);
+    const under = await store.consume([hit(`${prefix}:under`, { limit: 3, windowMs: 5_000 })]);
 
-    expect(over).toMatchObject({ allowed: false, remaining: 0 });
-    expect(under).toMatchObject({ allowed: true, remaining: 1 });
+    expect(over.decisions[0]).toMatchObject({ allowed: false, remaining: 0 });
+    expect(under.decisions[0]).toMatchObject({ allowed: true, remaining: 1 });
     expect(await keysWithoutTtl(`${prefix}:*`)).toEqual([]);
-    expect(await redis.pttl(`${prefix}:planted:over`)).toBeLessThanOrEqual(5_000);
-    expect(await redis.get(`${prefix}:planted:over`)).toBe('7');
-    expect(await redis.get(`${prefix}:planted:under`)).toBe('2');
+    expect(await redis.hget(`${prefix}:over`, 'c')).toBe('7');
+    expect(await redis.hget(`${prefix}:under`, 'c')).toBe('2');
   });
 
   it('keeps counting correctly after SCRIPT FLUSH, re-sending the script on NOSCRIPT', async () => {
-    const key = `${uniquePrefix()}:flush:user`;
-    const before = await redis.info('commandstats');
-    expect(evalCalls(before, 'eval')).toBe(0);
-
+    const key = `${uniquePrefix()}:flush`;
+    await redis.config('RESETSTAT');
     const results = [];
     for (let i = 0; i < 4; i += 1) {
       await redis.script('FLUSH');
-      results.push(await store.hit({ key, limit: 3, windowMs: 60_000, cost: 1 }));
+      results.push((await store.consume([hit(key, { limit: 3, windowMs: 60_000 })])).decisions[0]);
     }
     expect(results.map((r) => r.allowed)).toEqual([true, true, true, false]);
     expect(results.map((r) => r.remaining)).toEqual([2, 1, 0, 0]);
-    expect(await redis.get(key)).toBe('3');
+    expect(await redis.hget(key, 'c')).toBe('3');
     // Every EVALSHA after a flush met NOSCRIPT and was answered by an EVAL.
-    const after = await redis.info('commandstats');
-    expect(evalCalls(after, 'eval')).toBe(4);
+    expect(commandCalls(await redis.info('commandstats'), 'eval')).toBe(4);
   });
 
-  it('returns the window left in the counter as resetMs', async () => {
-    const key = `${uniquePrefix()}:reset:user`;
-    const first = await store.hit({ key, limit: 5, windowMs: 10_000, cost: 1 });
-    expect(first.resetMs).toBeGreaterThan(9_000);
-    expect(first.resetMs).toBeLessThanOrEqual(10_000);
-    expect(first).toMatchObject({ allowed: true, limit: 5, remaining: 4 });
+  it('reports the window left as resetMs, and takes a shorter window at once', async () => {
+    const key = `${uniquePrefix()}:reset`;
+    const first = (await store.consume([hit(key, { limit: 1, windowMs: 3_600_000 })])).decisions[0];
+    expect(first).toMatchObject({ allowed: true, limit: 1, remaining: 0 });
+    expect(first.resetMs).toBeGreaterThan(3_590_000);
+    const rejected = (await store.consume([hit(key, { limit: 1, windowMs: 3_600_000 })])).decisions[0];
+    expect(rejected.allowed).toBe(false);
+    // The window shrank to 1 ms (a config-centre change): the old window is over at once.
+    const shrunk = (await store.consume([hit(key, { limit: 1, windowMs: 1 })])).decisions[0];
+    expect(shrunk.allowed).toBe(true);
+    expect(await redis.pttl(key)).toBeLessThanOrEqual(1_001);
   });
 });
 
-function evalCalls(info: string, command: string): number {
+function commandCalls(info: string, command: string): number {
   const match = new RegExp(`^cmdstat_${command}:calls=(\\d+)`, 'm').exec(info);
   return match ? Number(match[1]) : 0;
 }

@@ -6,7 +6,12 @@ export type {
   RateLimitLoggingOptions,
 } from './rate-limit.options.js';
 export { RateLimit, SkipRateLimit } from './rate-limit.decorator.js';
-export type { RateLimitOptions, RateLimitBy, RateLimitIdentityResolver } from './rules/rate-limit-rule.js';
+export type {
+  RateLimitOptions,
+  RateLimitBy,
+  RateLimitIdentityResolver,
+  RateLimitCost,
+} from './rules/rate-limit-rule.js';
 export { RateLimitConfigurationError } from './rules/rate-limit-rule.js';
 export type { Duration } from './rules/duration.js';
 export { RateLimitGuard } from './rate-limit.guard.js';
@@ -16,7 +21,13 @@ export { RateLimiterService } from './rate-limiter.service.js';
 export type { RateLimitOutcome, RuleDecision } from './rate-limit-outcome.js';
 export { RateLimitConfigCentre, type RateLimitOverride } from './config-centre/rate-limit-config-centre.js';
 export { NestConfigCentre } from './config-centre/nest-config-centre.js';
-export { RateLimitStore, type RateLimitDecision, type RateLimitHit } from './stores/rate-limit-store.js';
+export {
+  RateLimitStore,
+  type RateLimitDecision,
+  type RateLimitHit,
+  type RateLimitConsumption,
+} from './stores/rate-limit-store.js';
+export type { RateLimitAlgorithmName } from './algorithms/algorithm.js';
 export { MemoryRateLimitStore } from './stores/memory-rate-limit.store.js';
 export { RedisRateLimitStore } from './stores/redis-rate-limit.store.js';
 export { RedisService, RedisTimeoutError } from './redis/redis.service.js';

@@ -1,24 +1,28 @@
 import { describe, expect, it } from 'vitest';
-import { rateLimitKey } from './rate-limit-key.js';
+import { identityPart, rateLimitKeys } from './rate-limit-key.js';
 
-describe('rateLimitKey', () => {
-  it('uses short plain identities as they are', () => {
-    expect(rateLimitKey('rl', 'Orders.list', '10.0.0.1')).toBe('rl:Orders.list:10.0.0.1');
-    expect(rateLimitKey('rl', 'r', '::ffff:127.0.0.1')).toBe('rl:r:::ffff:127.0.0.1');
+describe('rateLimitKeys', () => {
+  it('uses short plain identities as they are, as the hash tag', () => {
+    expect(rateLimitKeys('rl', 'Orders.list', '10.0.0.1', 'fixed-window')).toEqual({
+      key: 'rl:{10.0.0.1}:Orders.list:fw',
+      blockKey: 'rl:{10.0.0.1}:Orders.list:block',
+    });
+    expect(rateLimitKeys('rl', 'r', '2001:db8::/64', 'gcra').key).toBe(
+      'rl:{#' + identityPart('2001:db8::/64').slice(1) + '}:r:gc',
+    );
   });
 
   it('replaces identities that could pick a slot, break a line or grow the key by a digest', () => {
-    const hostile = ['{slot}', 'a\nb', 'x'.repeat(10_000), 'ünïcode', 'a b', 'x'.repeat(65)];
-    const keys = hostile.map((identity) => rateLimitKey('rl', 'r', identity));
+    const hostile = ['{slot}', 'a}b', 'a\nb', 'x'.repeat(10_000), 'ünïcode', 'a b', 'x'.repeat(65), 'a/b'];
+    const keys = hostile.map((identity) => rateLimitKeys('rl', 'r', identity, 'sliding-log').key);
     for (const key of keys) {
-      expect(key).toMatch(/^rl:r:#[A-Za-z0-9_-]{43}$/);
+      expect(key).toMatch(/^rl:\{#[A-Za-z0-9_-]{43}\}:r:sl$/);
     }
     expect(new Set(keys).size).toBe(hostile.length);
   });
 
   it('never maps a plain identity and a digested one to the same key', () => {
-    const digested = rateLimitKey('rl', 'r', '{x}');
-    const identityPart = digested.slice('rl:r:'.length);
-    expect(rateLimitKey('rl', 'r', identityPart)).not.toBe(digested);
+    const digested = identityPart('{x}');
+    expect(identityPart(digested)).not.toBe(digested);
   });
 });

@@ -11,7 +11,12 @@ import {
   RATE_LIMIT_OPTIONS_TYPE,
   RateLimitConfigurableModule,
 } from './rate-limit.module-definition.js';
-import { type RateLimitModuleOptions, resolveModuleOptions } from './rate-limit.options.js';
+import {
+  RESOLVED_RATE_LIMIT_OPTIONS,
+  type RateLimitModuleOptions,
+  type ResolvedRateLimitOptions,
+  resolveModuleOptions,
+} from './rate-limit.options.js';
 import { RateLimiterService } from './rate-limiter.service.js';
 import { RedisService } from './redis/redis.service.js';
 import { RateLimitRuleRegistry } from './rules/rate-limit-rule.registry.js';
@@ -19,13 +24,17 @@ import { MemoryRateLimitStore } from './stores/memory-rate-limit.store.js';
 import { RedisRateLimitStore } from './stores/redis-rate-limit.store.js';
 import { RateLimitStore } from './stores/rate-limit-store.js';
 
+const resolvedOptionsProvider: Provider = {
+  provide: RESOLVED_RATE_LIMIT_OPTIONS,
+  inject: [RATE_LIMIT_OPTIONS],
+  useFactory: resolveModuleOptions,
+};
+
 const storeProvider: Provider = {
   provide: RateLimitStore,
-  inject: [RATE_LIMIT_OPTIONS, RedisService],
-  useFactory: (options: RateLimitModuleOptions, redis: RedisService): RateLimitStore =>
-    redis.isConfigured
-      ? new RedisRateLimitStore(redis)
-      : new MemoryRateLimitStore(resolveModuleOptions(options).memoryStoreMaxKeys),
+  inject: [RESOLVED_RATE_LIMIT_OPTIONS, RedisService],
+  useFactory: (options: ResolvedRateLimitOptions, redis: RedisService): RateLimitStore =>
+    redis.isConfigured ? new RedisRateLimitStore(redis) : new MemoryRateLimitStore(options.memoryStoreMaxKeys),
 };
 
 const configCentreProvider: Provider = {
@@ -53,6 +62,7 @@ const configCentreProvider: Provider = {
 @Module({
   imports: [DiscoveryModule],
   providers: [
+    resolvedOptionsProvider,
     RedisService,
     storeProvider,
     configCentreProvider,

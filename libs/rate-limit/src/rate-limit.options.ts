@@ -46,6 +46,13 @@ export interface RateLimitModuleOptions {
   logging?: RateLimitLoggingOptions | false;
   /** Keys the in-process store holds at most (least recently used evicted first). Default 10,000. */
   memoryStoreMaxKeys?: number;
+  /**
+   * The time in ms, when the application's clock should decide instead of the store's (Redis
+   * `TIME`, which keeps app servers with skewed clocks in agreement). Tests pass a fake clock.
+   */
+  clock?: () => number;
+  /** `by: 'ip'` counts IPv6 clients per prefix of this many bits. Default 64. */
+  ipv6PrefixBits?: number;
 }
 
 /** Options of `forRoot`/`forRootAsync` that shape the module itself, so they cannot come from a factory. */
@@ -66,6 +73,8 @@ export interface ResolvedRateLimitOptions {
   onStoreError: 'allow' | 'deny';
   logging: Required<RateLimitLoggingOptions> | false;
   memoryStoreMaxKeys: number;
+  clock: (() => number) | undefined;
+  ipv6PrefixBits: number;
 }
 
 const KEY_PREFIX = /^[A-Za-z0-9._:-]{1,32}$/;
@@ -110,5 +119,17 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
     onStoreError,
     logging,
     memoryStoreMaxKeys: positive('memoryStoreMaxKeys', options.memoryStoreMaxKeys, DEFAULT_MEMORY_MAX_KEYS),
+    clock:
+      options.clock === undefined || typeof options.clock === 'function'
+        ? options.clock
+        : fail('clock', 'must be a function returning ms', options.clock),
+    ipv6PrefixBits:
+      options.ipv6PrefixBits === undefined ||
+      (Number.isInteger(options.ipv6PrefixBits) && options.ipv6PrefixBits >= 1 && options.ipv6PrefixBits <= 128)
+        ? (options.ipv6PrefixBits ?? 64)
+        : fail('ipv6PrefixBits', 'must be a whole number from 1 to 128', options.ipv6PrefixBits),
   };
 }
+
+/** Injection token of the `ResolvedRateLimitOptions` (internal). */
+export const RESOLVED_RATE_LIMIT_OPTIONS = Symbol('RESOLVED_RATE_LIMIT_OPTIONS');

@@ -6,44 +6,48 @@ import {
   type OnApplicationBootstrap,
   type OnApplicationShutdown,
 } from '@nestjs/common';
+import { clientAddressIdentity } from './client-address.js';
 import { RateLimitConfigCentre } from './config-centre/rate-limit-config-centre.js';
 import { RuleThresholds, type Thresholds } from './config-centre/rule-thresholds.js';
 import { SampledLogger } from './logging/sampled-logger.js';
 import type { RateLimitOutcome, RuleDecision } from './rate-limit-outcome.js';
-import { rateLimitKey } from './rate-limit-key.js';
+import { rateLimitKeys } from './rate-limit-key.js';
 import { DEFAULT_LOG_MAX_TRACKED } from './rate-limit.constants.js';
-import { RATE_LIMIT_OPTIONS } from './rate-limit.module-definition.js';
-import {
-  type RateLimitModuleOptions,
-  type ResolvedRateLimitOptions,
-  resolveModuleOptions,
-} from './rate-limit.options.js';
+import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from './rate-limit.options.js';
 import type { RateLimitRule } from './rules/rate-limit-rule.js';
-import { RateLimitStore } from './stores/rate-limit-store.js';
+import { type RateLimitConsumption, type RateLimitHit, RateLimitStore } from './stores/rate-limit-store.js';
 
 /** Retry-After for requests refused because the store failed under `onStoreError: 'deny'`. */
 const STORE_ERROR_RETRY_MS = 1_000;
 
+/** A rule made concrete for one request. */
+interface PreparedRule {
+  rule: RateLimitRule;
+  identity: string;
+  thresholds: Thresholds;
+  hit: RateLimitHit;
+}
+
 /**
- * Decides a request against its rules: threshold from the config centre, identity, key, one store
- * call per rule; store failures are decided by `onStoreError`; rejections are logged by sampling.
+ * Decides a request against all its rules: thresholds from the config centre, identities, costs
+ * and keys first; then one store call that admits on every rule or on none. Store failures are
+ * decided by `onStoreError`; rejections are logged by sampling.
  */
 @Injectable()
 export class RateLimiterService implements OnApplicationBootstrap, OnApplicationShutdown {
   private readonly logger = new Logger('RateLimit');
-  private readonly options: ResolvedRateLimitOptions;
   private readonly thresholds: RuleThresholds;
   private readonly rejections: SampledLogger | undefined;
   private readonly storeErrors: SampledLogger;
+  private readonly badCosts = new Set<string>();
 
   constructor(
-    @Inject(RATE_LIMIT_OPTIONS) options: RateLimitModuleOptions,
+    @Inject(RESOLVED_RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
     private readonly store: RateLimitStore,
     configCentre: RateLimitConfigCentre,
   ) {
-    this.options = resolveModuleOptions(options);
     this.thresholds = new RuleThresholds(configCentre);
-    const { logging } = this.options;
+    const { logging } = options;
     if (logging) {
       this.rejections = new SampledLogger(this.logger, {
         ...logging,
@@ -69,89 +73,132 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     this.storeErrors.close();
   }
 
-  /** Decides one request against all its rules. Rejects only for errors of the identity resolver. */
+  /**
+   * Decides one request against all its rules. Rejects (without counting anything) when an
+   * identity or cost resolver throws, e.g. a `BadRequestException` for a missing API key.
+   */
   async check(rules: readonly RateLimitRule[], context: ExecutionContext): Promise<RateLimitOutcome> {
-    const decisions = await Promise.all(rules.map((rule) => this.decide(rule, context)));
-    let reported: RuleDecision | undefined;
-    let allowed = true;
-    for (const decision of decisions) {
-      if (!decision.allowed) {
-        if (allowed || decision.resetMs > reported!.resetMs) reported = decision;
-        allowed = false;
-      } else if (allowed && !decision.fallback && (!reported || tighter(decision, reported))) {
-        reported = decision;
+    const prepared = await Promise.all(rules.map((rule) => this.prepare(rule, context)));
+    let consumption: RateLimitConsumption;
+    try {
+      consumption = await this.store.consume(
+        prepared.map((p) => p.hit),
+        this.options.clock?.(),
+      );
+    } catch (error) {
+      return this.onStoreError(prepared, error);
+    }
+    const decisions = prepared.map(({ rule, identity }, i): RuleDecision => {
+      const decision = consumption.decisions[i];
+      return { ...decision, rule, identity, fallback: false };
+    });
+    if (!consumption.allowed && this.rejections) {
+      for (const [i, decision] of decisions.entries()) {
+        if (!decision.allowed) {
+          const { hit } = prepared[i];
+          this.rejections.record(
+            hit.key,
+            `Rejected by rule ${decision.rule.name} (${hit.limit} per ${hit.windowMs} ms, ${hit.algorithm}), key ${hit.key}`,
+          );
+        }
       }
     }
-    return { decisions, reported, allowed };
+    return outcome(decisions, consumption.allowed);
   }
 
-  private async decide(rule: RateLimitRule, context: ExecutionContext): Promise<RuleDecision> {
+  private async prepare(rule: RateLimitRule, context: ExecutionContext): Promise<PreparedRule> {
     const thresholds = this.thresholds.resolve(rule);
-    const identity = await identify(rule, context);
-    const key = rateLimitKey(this.options.keyPrefix, rule.name, identity);
-    let decision: RuleDecision;
-    try {
-      const result = await this.store.hit({ key, limit: thresholds.count, windowMs: thresholds.windowMs, cost: 1 });
-      decision = { ...result, rule, identity, fallback: false };
-    } catch (error) {
-      decision = this.onStoreError(rule, identity, thresholds, error);
-    }
-    if (!decision.allowed) {
-      this.rejections?.record(
+    const [identity, cost] = await Promise.all([this.identify(rule, context), this.costOf(rule, context)]);
+    const { key, blockKey } = rateLimitKeys(this.options.keyPrefix, rule.name, identity, rule.algorithm);
+    return {
+      rule,
+      identity,
+      thresholds,
+      hit: {
         key,
-        `Rejected by rule ${rule.name} (${thresholds.count} per ${thresholds.windowMs} ms), key ${key}`,
+        blockKey,
+        algorithm: rule.algorithm,
+        limit: thresholds.count,
+        windowMs: thresholds.windowMs,
+        cost,
+        burst: rule.burst ?? thresholds.count,
+        blockMs: rule.blockMs,
+      },
+    };
+  }
+
+  private async identify(rule: RateLimitRule, context: ExecutionContext): Promise<string> {
+    const { by } = rule;
+    if (by === 'global') return 'global';
+    if (by === 'ip') {
+      const request = context.switchToHttp().getRequest<{ ip?: string; socket?: { remoteAddress?: string } }>();
+      const address = request.ip ?? request.socket?.remoteAddress;
+      if (!address) {
+        // A closed socket; never a shared 'unknown' bucket that one client could exhaust for all.
+        throw new Error(`@RateLimit on ${rule.declaredOn}: the request has no client address`);
+      }
+      return clientAddressIdentity(address, this.options.ipv6PrefixBits);
+    }
+    const identity: unknown = await by(context);
+    if (typeof identity === 'number' && Number.isFinite(identity)) return String(identity);
+    if (typeof identity !== 'string' || identity === '') {
+      throw new Error(
+        `@RateLimit on ${rule.declaredOn}: 'by' returned ${identity === '' ? 'an empty string' : String(identity)}; ` +
+          'return a non-empty string, or throw an HttpException (e.g. BadRequestException) to refuse the request',
       );
     }
-    return decision;
+    return identity;
   }
 
-  private onStoreError(rule: RateLimitRule, identity: string, thresholds: Thresholds, error: unknown): RuleDecision {
+  private async costOf(rule: RateLimitRule, context: ExecutionContext): Promise<number> {
+    const { cost } = rule;
+    if (typeof cost === 'number') return cost;
+    const value: unknown = await cost(context);
+    if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
+    if (!this.badCosts.has(rule.declaredOn) && this.badCosts.size < 1_000) {
+      this.badCosts.add(rule.declaredOn);
+      this.logger.warn(
+        `@RateLimit on ${rule.declaredOn}: 'cost' returned ${String(value)}, not a whole number >= 0; counting 1`,
+      );
+    }
+    return 1;
+  }
+
+  private onStoreError(prepared: readonly PreparedRule[], error: unknown): RateLimitOutcome {
     const policy = this.options.onStoreError;
     const reason = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
     this.storeErrors.record(
       reason,
       `Rate-limit store failed (${reason}); onStoreError '${policy}' ${policy === 'allow' ? 'admitted' : 'refused'} requests`,
     );
-    return policy === 'allow'
-      ? {
-          allowed: true,
-          limit: thresholds.count,
-          remaining: thresholds.count,
-          resetMs: thresholds.windowMs,
-          rule,
-          identity,
-          fallback: true,
-        }
-      : {
-          allowed: false,
-          limit: thresholds.count,
-          remaining: 0,
-          resetMs: STORE_ERROR_RETRY_MS,
-          rule,
-          identity,
-          fallback: true,
-        };
+    const allowed = policy === 'allow';
+    const decisions = prepared.map(({ rule, identity, thresholds }): RuleDecision => ({
+      allowed,
+      limit: thresholds.count,
+      remaining: allowed ? thresholds.count : 0,
+      resetMs: allowed ? thresholds.windowMs : STORE_ERROR_RETRY_MS,
+      rule,
+      identity,
+      fallback: true,
+    }));
+    return outcome(decisions, allowed);
   }
+}
+
+/** Picks the decision the headers report: the rejecting rule with the longest wait, else the tightest rule. */
+function outcome(decisions: readonly RuleDecision[], allowed: boolean): RateLimitOutcome {
+  let reported: RuleDecision | undefined;
+  for (const decision of decisions) {
+    if (decision.fallback && allowed) continue;
+    if (!allowed) {
+      if (!decision.allowed && (!reported || decision.resetMs > reported.resetMs)) reported = decision;
+    } else if (!reported || tighter(decision, reported)) {
+      reported = decision;
+    }
+  }
+  return { decisions, reported, allowed };
 }
 
 function tighter(a: RuleDecision, b: RuleDecision): boolean {
   return a.remaining < b.remaining || (a.remaining === b.remaining && a.resetMs > b.resetMs);
-}
-
-async function identify(rule: RateLimitRule, context: ExecutionContext): Promise<string> {
-  const { by } = rule;
-  if (by === 'global') return 'global';
-  if (by === 'ip') {
-    const request = context.switchToHttp().getRequest<{ ip?: string; socket?: { remoteAddress?: string } }>();
-    return request.ip ?? request.socket?.remoteAddress ?? 'unknown-ip';
-  }
-  const identity: unknown = await by(context);
-  if (typeof identity === 'number' && Number.isFinite(identity)) return String(identity);
-  if (typeof identity !== 'string' || identity === '') {
-    throw new Error(
-      `@RateLimit on ${rule.declaredOn}: 'by' returned ${identity === '' ? 'an empty string' : String(identity)}; ` +
-        'return a non-empty string, or throw an HttpException (e.g. BadRequestException) to refuse the request',
-    );
-  }
-  return identity;
 }

@@ -1,31 +1,34 @@
-import type { RateLimitDecision, RateLimitHit } from '../stores/rate-limit-store.js';
+import type { RateLimitAlgorithm } from './algorithm.js';
 
-/** A fixed-window counter: admitted units and when the window ends (epoch ms). */
+/** A window that starts at the first hit and the units admitted in it. */
 export interface FixedWindowState {
+  start: number;
   count: number;
-  resetAt: number;
 }
 
 /**
- * One fixed-window step, the in-process twin of the Redis script: the first hit of a window starts
- * it; a hit that would pass the limit is rejected and not counted, so `count` is what was admitted.
- * Mutates and returns `state` (or a new one) so a store can keep it without copying.
+ * Fixed window: `limit` units per window, the window starting at the identity's first hit. One
+ * small hash per key. Up to twice the limit can pass around a window's end (the end of one window
+ * and the start of the next).
  */
-export function fixedWindowHit(
-  state: FixedWindowState | undefined,
-  hit: RateLimitHit,
-  now: number,
-): { state: FixedWindowState; decision: RateLimitDecision } {
-  const current = state && state.resetAt > now ? state : { count: 0, resetAt: now + hit.windowMs };
-  const allowed = current.count + hit.cost <= hit.limit;
-  if (allowed) current.count += hit.cost;
-  return {
-    state: current,
-    decision: {
+export const fixedWindow: RateLimitAlgorithm<FixedWindowState> = {
+  name: 'fixed-window',
+  step(state, { limit, windowMs, cost }, now) {
+    let start = now;
+    let count = 0;
+    if (state && now < state.start + windowMs) {
+      start = state.start;
+      count = state.count;
+    }
+    const allowed = count + cost <= limit;
+    const used = allowed ? count + cost : count;
+    const resetMs = start + windowMs - now;
+    return {
       allowed,
-      limit: hit.limit,
-      remaining: Math.max(0, hit.limit - current.count),
-      resetMs: current.resetAt - now,
-    },
-  };
-}
+      remaining: Math.max(0, limit - used),
+      resetMs,
+      next: { start, count: count + cost },
+      ttlMs: resetMs,
+    };
+  },
+};

@@ -1,7 +1,11 @@
 import { Inject, Injectable, Logger, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
-import { type RateLimitModuleOptions, resolveModuleOptions } from '../rate-limit.options.js';
+import {
+  RESOLVED_RATE_LIMIT_OPTIONS,
+  type RateLimitModuleOptions,
+  type ResolvedRateLimitOptions,
+} from '../rate-limit.options.js';
 import type { RedisScript } from './redis-script.js';
 
 /** Raised when Redis does not answer a call within `redisTimeoutMs`. */
@@ -34,8 +38,11 @@ export class RedisService implements OnModuleInit, OnApplicationShutdown {
   private readonly timeoutMs: number;
   private readonly scripts = new Set<RedisScript>();
 
-  constructor(@Inject(RATE_LIMIT_OPTIONS) options: RateLimitModuleOptions) {
-    this.timeoutMs = resolveModuleOptions(options).redisTimeoutMs;
+  constructor(
+    @Inject(RATE_LIMIT_OPTIONS) options: RateLimitModuleOptions,
+    @Inject(RESOLVED_RATE_LIMIT_OPTIONS) resolved: ResolvedRateLimitOptions,
+  ) {
+    this.timeoutMs = resolved.redisTimeoutMs;
     const given = options.redis;
     if (given === undefined) {
       this.ownsClient = false;

@@ -1,4 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
+import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from '../algorithms/algorithm.js';
 import { type Duration, parseCount, parseDuration } from './duration.js';
 
 /**
@@ -12,6 +13,9 @@ export type RateLimitIdentityResolver = (context: ExecutionContext) => string | 
  * app's trust-proxy setting), `'global'` (one counter for the rule), or a resolver function.
  */
 export type RateLimitBy = 'ip' | 'global' | RateLimitIdentityResolver;
+
+/** Units a request consumes: a number, or a function of the context (e.g. upload size in MB). */
+export type RateLimitCost = number | ((context: ExecutionContext) => number | Promise<number>);
 
 /** What `@RateLimit()` takes. */
 export interface RateLimitOptions {
@@ -29,6 +33,14 @@ export interface RateLimitOptions {
    * for a handler rule.
    */
   name?: string;
+  /** How to count. Default `'fixed-window'`. */
+  algorithm?: RateLimitAlgorithmName;
+  /** token-bucket and gcra: units that may arrive at once. Default `count`. */
+  burst?: number;
+  /** Units a request consumes. Default 1. */
+  cost?: RateLimitCost;
+  /** Once the rule rejects an identity, keep rejecting it for this long (a penalty). */
+  blockFor?: Duration;
 }
 
 /** A rule after validation at bootstrap, as the guard uses it on every request. */
@@ -40,6 +52,12 @@ export interface RateLimitRule {
   readonly windowMs: number;
   readonly configKey: string | undefined;
   readonly by: RateLimitBy;
+  readonly algorithm: RateLimitAlgorithmName;
+  /** Explicit burst; without it, the (possibly overridden) count. */
+  readonly burst: number | undefined;
+  readonly cost: RateLimitCost;
+  /** 0: no penalty. */
+  readonly blockMs: number;
 }
 
 /** Thrown at bootstrap for a rule that cannot work; the message names the route and the field. */
@@ -55,7 +73,8 @@ export class RateLimitConfigurationError extends Error {
   }
 }
 
-const RULE_NAME = /^[A-Za-z0-9._:$-]{1,64}$/;
+// No ':' (it separates key parts) and no braces (they pick Cluster slots).
+const RULE_NAME = /^[A-Za-z0-9._$-]{1,64}$/;
 
 export function validateRule(options: RateLimitOptions, declaredOn: string, defaultName: string): RateLimitRule {
   const fail = (field: string, problem: string, value: unknown): never => {
@@ -77,7 +96,7 @@ export function validateRule(options: RateLimitOptions, declaredOn: string, defa
   }
   const name = options.name ?? defaultName;
   if (typeof name !== 'string' || !RULE_NAME.test(name)) {
-    fail('name', 'must be 1 to 64 characters of letters, digits and . _ : $ -', options.name);
+    fail('name', 'must be 1 to 64 characters of letters, digits and . _ $ -', options.name);
   }
   const { configKey } = options;
   if (configKey !== undefined && (typeof configKey !== 'string' || configKey.trim() === '')) {
@@ -87,7 +106,30 @@ export function validateRule(options: RateLimitOptions, declaredOn: string, defa
   if (by !== 'ip' && by !== 'global' && typeof by !== 'function') {
     fail('by', "must be 'ip', 'global' or a function of the ExecutionContext", by);
   }
-  return { name, declaredOn, count: count!, windowMs: windowMs!, configKey, by };
+  const algorithm = options.algorithm ?? 'fixed-window';
+  if (!ALGORITHM_NAMES.includes(algorithm))
+    fail('algorithm', `must be one of ${ALGORITHM_NAMES.join(', ')}`, algorithm);
+  const { burst } = options;
+  if (burst !== undefined) {
+    if (algorithm !== 'token-bucket' && algorithm !== 'gcra') {
+      fail('burst', "applies only to the 'token-bucket' and 'gcra' algorithms", burst);
+    }
+    if (typeof burst !== 'number' || parseCount(burst) === undefined)
+      fail('burst', 'must be a positive whole number', burst);
+  }
+  const cost = options.cost ?? 1;
+  if (typeof cost !== 'function') {
+    if (typeof cost !== 'number' || parseCount(cost) === undefined) {
+      fail('cost', 'must be a positive whole number or a function of the ExecutionContext', cost);
+    }
+    if (cost > (burst ?? count!))
+      fail('cost', `is more than the rule admits at once (${burst ?? count}), so no request could pass`, cost);
+  }
+  let blockMs = 0;
+  if (options.blockFor !== undefined) {
+    blockMs = parseDuration(options.blockFor) ?? fail('blockFor', 'must be a positive duration', options.blockFor);
+  }
+  return { name, declaredOn, count: count!, windowMs: windowMs!, configKey, by, algorithm, burst, cost, blockMs };
 }
 
 function describe(value: unknown): string {

@@ -1,30 +1,59 @@
 import { LRUCache } from 'lru-cache';
-import { type FixedWindowState, fixedWindowHit } from '../algorithms/fixed-window.js';
-import { RateLimitStore, type RateLimitDecision, type RateLimitHit } from './rate-limit-store.js';
+import type { AlgorithmStep } from '../algorithms/algorithm.js';
+import { ALGORITHMS } from '../algorithms/algorithms.js';
+import { RateLimitStore, type RateLimitConsumption, type RateLimitHit } from './rate-limit-store.js';
+
+type Step = Pick<AlgorithmStep<unknown>, 'allowed' | 'remaining' | 'resetMs'> & { next?: unknown; blocked?: boolean };
 
 /**
- * Counters in this process: for the demo, tests and single-instance apps. The number of keys is
- * bounded; the least recently used key is evicted first (its identity starts a fresh window).
+ * Counters in this process: for the demo, tests and single-instance apps. The same algorithms
+ * and all-or-nothing semantics as the Redis store. The number of keys is bounded; the least
+ * recently used key is evicted first (its identity starts afresh).
  * Not shared across instances: N instances admit up to N times the limit.
  */
 export class MemoryRateLimitStore extends RateLimitStore {
   readonly description: string;
-  private readonly windows: LRUCache<string, FixedWindowState>;
+  private readonly states: LRUCache<string, { value: unknown }>;
+  private readonly blockedUntil: LRUCache<string, number>;
 
   constructor(maxKeys: number) {
     super();
-    this.windows = new LRUCache({ max: maxKeys });
+    this.states = new LRUCache({ max: maxKeys });
+    this.blockedUntil = new LRUCache({ max: maxKeys });
     this.description = `in-process memory store (up to ${maxKeys} keys; not shared across instances)`;
   }
 
-  hit(hit: RateLimitHit): Promise<RateLimitDecision> {
-    const { state, decision } = fixedWindowHit(this.windows.get(hit.key), hit, Date.now());
-    this.windows.set(hit.key, state);
-    return Promise.resolve(decision);
+  consume(hits: readonly RateLimitHit[], now = Date.now()): Promise<RateLimitConsumption> {
+    const steps: Step[] = hits.map((hit) => {
+      const until = hit.blockMs > 0 ? this.blockedUntil.get(hit.blockKey) : undefined;
+      if (until !== undefined && until > now) {
+        return { allowed: false, remaining: 0, resetMs: until - now, blocked: true };
+      }
+      return ALGORITHMS[hit.algorithm].step(this.states.get(hit.key)?.value, hit, now);
+    });
+    const allowed = steps.every((step) => step.allowed);
+    hits.forEach((hit, i) => {
+      const step = steps[i];
+      if (allowed) {
+        this.states.set(hit.key, { value: step.next });
+      } else if (!step.allowed && !step.blocked && hit.blockMs > 0) {
+        this.blockedUntil.set(hit.blockKey, now + hit.blockMs);
+        step.resetMs = Math.max(step.resetMs, hit.blockMs);
+      }
+    });
+    return Promise.resolve({
+      allowed,
+      decisions: hits.map((hit, i) => ({
+        allowed: steps[i].allowed,
+        limit: hit.limit,
+        remaining: steps[i].remaining,
+        resetMs: steps[i].resetMs,
+      })),
+    });
   }
 
   /** Number of keys held; for tests and diagnostics. */
   get size(): number {
-    return this.windows.size;
+    return this.states.size;
   }
 }

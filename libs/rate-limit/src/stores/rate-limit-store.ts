@@ -1,30 +1,51 @@
-/** One request's claim on one counter. */
+import type { RateLimitAlgorithmName } from '../algorithms/algorithm.js';
+
+/** One rule's claim on its counter for one request. */
 export interface RateLimitHit {
-  /** The full store key (prefix, rule and identity). */
+  /** The state key (prefix, identity as hash tag, rule, algorithm). */
   key: string;
+  /** Where a `blockFor` penalty is kept; in the same hash slot as `key`. */
+  blockKey: string;
+  algorithm: RateLimitAlgorithmName;
   /** Units admitted per window. */
   limit: number;
   windowMs: number;
   /** Units this request consumes. */
   cost: number;
+  /** Capacity of token-bucket and gcra. */
+  burst: number;
+  /** After a rejection by this rule, reject the identity for this long (0: no penalty). */
+  blockMs: number;
 }
 
 /** The same shape from every store and algorithm, so headers and `Retry-After` never differ. */
 export interface RateLimitDecision {
   allowed: boolean;
   limit: number;
-  /** Units still available in the current window after this request. */
+  /** Units still available after this request. */
   remaining: number;
-  /** Milliseconds until the current window ends (and a rejected request could be admitted). */
+  /** Admitted: ms until the full limit is available again. Rejected: ms until it would be admitted. */
   resetMs: number;
 }
 
+/** The decisions for all rules of one request. */
+export interface RateLimitConsumption {
+  /** True when every rule admitted, and so every counter moved; false when none moved. */
+  allowed: boolean;
+  /** One per hit, in order. */
+  decisions: RateLimitDecision[];
+}
+
 /**
- * Where counters live. A store decides one hit atomically: counting and deciding happen together,
- * and a rejected hit leaves the counter as it was.
+ * Where counters live. A store decides all hits of one request atomically: either every rule
+ * admits and every counter moves, or the request is rejected and no counter moves.
  */
 export abstract class RateLimitStore {
   /** For the startup log: what this store is and whether instances share it. */
   abstract readonly description: string;
-  abstract hit(hit: RateLimitHit): Promise<RateLimitDecision>;
+  /**
+   * @param now the time in ms from the module's `clock` option; without it the store's own clock
+   *   (Redis `TIME`, so app servers with skewed clocks agree).
+   */
+  abstract consume(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitConsumption>;
 }

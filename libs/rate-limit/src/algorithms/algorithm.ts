@@ -1,0 +1,52 @@
+/** The algorithms a rule can use. */
+export type RateLimitAlgorithmName = 'fixed-window' | 'sliding-window' | 'sliding-log' | 'token-bucket' | 'gcra';
+
+export const ALGORITHM_NAMES: readonly RateLimitAlgorithmName[] = [
+  'fixed-window',
+  'sliding-window',
+  'sliding-log',
+  'token-bucket',
+  'gcra',
+];
+
+/** What an algorithm needs to decide one hit. */
+export interface AlgorithmParams {
+  /** Units per window. */
+  limit: number;
+  windowMs: number;
+  /** Units this hit consumes. */
+  cost: number;
+  /** Capacity of token-bucket and gcra (units that may arrive at once); the others ignore it. */
+  burst: number;
+}
+
+/** One decision, before anything is stored. */
+export interface AlgorithmStep<State> {
+  allowed: boolean;
+  /** Units still available after this hit (if admitted) or now (if not). */
+  remaining: number;
+  /**
+   * Admitted: ms until the full limit is available again. Rejected: ms until this hit (same cost)
+   * would be admitted, if nothing else arrives.
+   */
+  resetMs: number;
+  /** The state to keep if the request is admitted. */
+  next: State;
+  /** How long `next` matters, in ms; past that, no state and stale state decide alike. */
+  ttlMs: number;
+}
+
+/**
+ * One algorithm in TypeScript: the embedded store's implementation, and the reference the Redis
+ * scripts are tested against. `step` is pure: it never changes `state`.
+ */
+export interface RateLimitAlgorithm<State> {
+  readonly name: RateLimitAlgorithmName;
+  step(state: State | undefined, params: AlgorithmParams, now: number): AlgorithmStep<State>;
+}
+
+/**
+ * Added before flooring a fractional remaining count, so that 2.9999999999999996 (float noise in
+ * `limit * elapsed / window`) reads as 3. The Lua scripts add the same constant.
+ */
+export const FLOOR_EPSILON = 1e-9;

@@ -1,0 +1,34 @@
+import { FLOOR_EPSILON, type RateLimitAlgorithm } from './algorithm.js';
+
+export interface TokenBucketState {
+  tokens: number;
+  refilledAt: number;
+}
+
+/**
+ * Token bucket: holds up to `burst` tokens (default: the limit), refilled continuously at `limit`
+ * per window; a hit takes `cost` tokens. One small hash per key. Allows bursts up to `burst`, and a
+ * steady `limit` per window after that.
+ */
+export const tokenBucket: RateLimitAlgorithm<TokenBucketState> = {
+  name: 'token-bucket',
+  step(state, { limit, windowMs, cost, burst }, now) {
+    const rate = limit / windowMs;
+    let tokens = burst;
+    let refilledAt = now;
+    if (state) {
+      refilledAt = Math.max(now, state.refilledAt);
+      tokens = Math.min(burst, state.tokens + Math.max(0, now - state.refilledAt) * rate);
+    }
+    const allowed = tokens >= cost;
+    const after = allowed ? tokens - cost : tokens;
+    const full = Math.ceil((burst - after) / rate);
+    return {
+      allowed,
+      remaining: Math.max(0, Math.floor(after + FLOOR_EPSILON)),
+      resetMs: allowed ? full : Math.ceil((cost - tokens) / rate),
+      next: { tokens: after, refilledAt },
+      ttlMs: full,
+    };
+  },
+};

@@ -1,0 +1,84 @@
+import { FLOOR_EPSILON } from '../algorithms/algorithm.js';
+import { FIXED_WINDOW_LUA } from './lua/fixed-window.lua.js';
+import { GCRA_LUA } from './lua/gcra.lua.js';
+import { SLIDING_LOG_LUA } from './lua/sliding-log.lua.js';
+import { SLIDING_WINDOW_LUA } from './lua/sliding-window.lua.js';
+import { TOKEN_BUCKET_LUA } from './lua/token-bucket.lua.js';
+import { RedisScript } from './redis-script.js';
+
+/** Keys outlive the time their state matters by this much, so a slow call never finds them gone. */
+export const GRACE_MS = 1_000;
+
+/** ARGV entries per rule, after the three leading ones. */
+export const ARGS_PER_RULE = 6;
+
+/**
+ * Decides all rules of one request in one atomic call: every rule is checked first, without
+ * writing; only if all admit does every rule's state move. A rejected request moves no counter;
+ * it only sets the block key of a rule with `blockFor` that rejected it, and gives a TTL to any
+ * key found without one (left over by older code).
+ *
+ * KEYS: per rule, its state key and its block key (all in one hash slot).
+ * ARGV: now in ms (negative: use Redis TIME), a nonce unique to the request, the number of rules,
+ *       then per rule: algorithm, limit, window ms, cost, burst, block ms.
+ * Returns: all admitted (1/0), now, then per rule: admitted (1/0), remaining, reset ms.
+ *
+ * Each algorithm's Lua lives in `lua/<algorithm>.lua.ts`, next to its TypeScript twin's contract.
+ */
+export const CONSUME_SCRIPT = new RedisScript(
+  'consume',
+  `
+local GRACE_MS = ${GRACE_MS}
+local FLOOR_EPSILON = ${FLOOR_EPSILON}
+local function fmt(x) return string.format('%.17g', x) end
+local ALG = {}
+${FIXED_WINDOW_LUA}
+${SLIDING_WINDOW_LUA}
+${SLIDING_LOG_LUA}
+${TOKEN_BUCKET_LUA}
+${GCRA_LUA}
+local now = tonumber(ARGV[1])
+if now < 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local nonce = ARGV[2]
+local n = tonumber(ARGV[3])
+local params, steps = {}, {}
+local all = true
+for i = 1, n do
+  local b = 3 + (i - 1) * ${ARGS_PER_RULE}
+  local p = { alg = ARGV[b + 1], limit = tonumber(ARGV[b + 2]), window = tonumber(ARGV[b + 3]),
+              cost = tonumber(ARGV[b + 4]), burst = tonumber(ARGV[b + 5]), block = tonumber(ARGV[b + 6]) }
+  local algorithm = ALG[p.alg]
+  if not algorithm then return redis.error_reply('unknown algorithm ' .. tostring(p.alg)) end
+  local blocked = 0
+  if p.block > 0 then blocked = redis.call('PTTL', KEYS[2 * i]) end
+  local s
+  if blocked > 0 then
+    s = { allowed = false, remaining = 0, reset = blocked, blocked = true }
+  else
+    s = algorithm.check(KEYS[2 * i - 1], now, p)
+  end
+  params[i], steps[i] = p, s
+  if not s.allowed then all = false end
+end
+local out = { all and 1 or 0, now }
+for i = 1, n do
+  local p, s, key = params[i], steps[i], KEYS[2 * i - 1]
+  if all then
+    ALG[p.alg].commit(key, now, p, s, nonce)
+  else
+    if not s.allowed and not s.blocked and p.block > 0 then
+      redis.call('SET', KEYS[2 * i], '1', 'PX', p.block)
+      s.reset = math.max(s.reset, p.block)
+    end
+    if redis.call('PTTL', key) == -1 then redis.call('PEXPIRE', key, p.window + GRACE_MS) end
+  end
+  out[#out + 1] = s.allowed and 1 or 0
+  out[#out + 1] = s.remaining
+  out[#out + 1] = s.reset
+end
+return out
+`,
+);

@@ -1,0 +1,22 @@
+/** GCRA in Lua: the twin of `algorithms/gcra.ts`. A string: the theoretical arrival time. */
+export const GCRA_LUA = `
+ALG['gcra'] = {
+  check = function(key, now, p)
+    local interval = p.window / p.limit
+    local tolerance = (p.window * p.burst) / p.limit
+    local tat = now
+    local stored = tonumber(redis.call('GET', key))
+    if stored then tat = math.max(stored, now) end
+    local nextTat = tat + p.cost * interval
+    local allowAt = nextTat - tolerance
+    local allowed = now >= allowAt
+    local pending, reset = tat - now, math.ceil(allowAt - now)
+    if allowed then pending = nextTat - now; reset = math.ceil(nextTat - now) end
+    return { allowed = allowed, remaining = math.max(0, math.floor((tolerance - pending) / interval + FLOOR_EPSILON)),
+             reset = reset, ttl = math.ceil(nextTat - now), tat = nextTat }
+  end,
+  commit = function(key, now, p, s)
+    redis.call('SET', key, fmt(s.tat), 'PX', s.ttl + GRACE_MS)
+  end,
+}
+`;

@@ -1,0 +1,36 @@
+/**
+ * Sliding log in Lua: the twin of `algorithms/sliding-log.ts`. A sorted set, one member per
+ * admitted unit, scored by its time; members are `time:nonce:n`, unique per request.
+ */
+export const SLIDING_LOG_LUA = `
+ALG['sliding-log'] = {
+  check = function(key, now, p)
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - p.window)
+    local count = redis.call('ZCARD', key)
+    local allowed = count + p.cost <= p.limit
+    local reset = p.window
+    if not allowed then
+      local mustLeave = count + p.cost - p.limit
+      if mustLeave <= count then
+        local entry = redis.call('ZRANGE', key, mustLeave - 1, mustLeave - 1, 'WITHSCORES')
+        reset = tonumber(entry[2]) + p.window - now
+      end
+    end
+    local used = count
+    if allowed then used = count + p.cost end
+    return { allowed = allowed, remaining = math.max(0, p.limit - used), reset = reset, ttl = p.window }
+  end,
+  commit = function(key, now, p, s, nonce)
+    local args = {}
+    for n = 1, p.cost do
+      args[#args + 1] = now
+      args[#args + 1] = now .. ':' .. nonce .. ':' .. n
+      if #args >= 200 or n == p.cost then
+        redis.call('ZADD', key, unpack(args))
+        args = {}
+      end
+    end
+    redis.call('PEXPIRE', key, s.ttl + GRACE_MS)
+  end,
+}
+`;

@@ -1,0 +1,44 @@
+/**
+ * Sliding window counter in Lua: the twin of `algorithms/sliding-window.ts`. Hash fields: `i`
+ * window index, `c` current count, `p` previous count.
+ */
+export const SLIDING_WINDOW_LUA = `
+ALG['sliding-window'] = {
+  check = function(key, now, p)
+    local W = p.window
+    local index = math.floor(now / W)
+    local current, previous = 0, 0
+    local st = redis.call('HMGET', key, 'i', 'c', 'p')
+    local si, sc, sp = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
+    if si and sc and sp then
+      if si >= index then index = si; current = sc; previous = sp
+      elseif si == index - 1 then previous = sc end
+    end
+    local elapsed = math.max(0, now - index * W)
+    local estimate = (previous * (W - elapsed)) / W + current
+    local allowed = estimate + p.cost <= p.limit
+    local used, after = estimate, current
+    if allowed then used = estimate + p.cost; after = current + p.cost end
+    local reset
+    if allowed then
+      if after > 0 then reset = (index + 2) * W - now
+      elseif previous > 0 then reset = (index + 1) * W - now
+      else reset = 0 end
+    elseif current + p.cost <= p.limit and previous > 0 then
+      local at = W - ((p.limit - current - p.cost) * W) / previous
+      reset = math.ceil(at - elapsed)
+    elseif p.cost > p.limit or current == 0 then
+      reset = (index + 1) * W - now
+    else
+      local at = W - ((p.limit - p.cost) * W) / current
+      reset = math.ceil((index + 1) * W + math.max(0, at) - now)
+    end
+    return { allowed = allowed, remaining = math.max(0, math.floor(p.limit - used + FLOOR_EPSILON)), reset = reset,
+             ttl = (index + 2) * W - now, index = index, current = after, previous = previous }
+  end,
+  commit = function(key, now, p, s)
+    redis.call('HSET', key, 'i', fmt(s.index), 'c', fmt(s.current), 'p', fmt(s.previous))
+    redis.call('PEXPIRE', key, s.ttl + GRACE_MS)
+  end,
+}
+`;

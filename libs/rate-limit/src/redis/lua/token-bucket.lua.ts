@@ -1,0 +1,30 @@
+/**
+ * Token bucket in Lua: the twin of `algorithms/token-bucket.ts`. Hash fields: `t` tokens,
+ * `r` time of the last refill.
+ */
+export const TOKEN_BUCKET_LUA = `
+ALG['token-bucket'] = {
+  check = function(key, now, p)
+    local rate = p.limit / p.window
+    local tokens, refilledAt = p.burst, now
+    local st = redis.call('HMGET', key, 't', 'r')
+    local t0, r0 = tonumber(st[1]), tonumber(st[2])
+    if t0 and r0 then
+      refilledAt = math.max(now, r0)
+      tokens = math.min(p.burst, t0 + math.max(0, now - r0) * rate)
+    end
+    local allowed = tokens >= p.cost
+    local after = tokens
+    if allowed then after = tokens - p.cost end
+    local full = math.ceil((p.burst - after) / rate)
+    local reset = full
+    if not allowed then reset = math.ceil((p.cost - tokens) / rate) end
+    return { allowed = allowed, remaining = math.max(0, math.floor(after + FLOOR_EPSILON)), reset = reset, ttl = full,
+             tokens = after, refilledAt = refilledAt }
+  end,
+  commit = function(key, now, p, s)
+    redis.call('HSET', key, 't', fmt(s.tokens), 'r', fmt(s.refilledAt))
+    redis.call('PEXPIRE', key, s.ttl + GRACE_MS)
+  end,
+}
+`;
