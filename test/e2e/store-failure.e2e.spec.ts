@@ -1,6 +1,6 @@
 import { Controller, type ExecutionContext, Get, type INestApplication } from '@nestjs/common';
 import request from 'supertest';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { RateLimit } from '@app/rate-limit';
 import { LogCapture } from '../support/log-capture.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
@@ -30,10 +30,11 @@ describe('when Redis stops answering, requests are decided by onStoreError withi
   const logs = new LogCapture();
   let allowApp: INestApplication;
   let denyApp: INestApplication;
+  const prefix = uniquePrefix();
 
   beforeAll(async () => {
     server = await startRedisServer();
-    const common = { redis: server.url, keyPrefix: uniquePrefix(), redisTimeoutMs: 50 };
+    const common = { redis: server.url, keyPrefix: prefix, redisTimeoutMs: 50 };
     // Both apps log to the capture: Nest's logger is process-wide.
     allowApp = await createTestApp({
       controllers: [GuardedController],
@@ -58,17 +59,26 @@ describe('when Redis stops answering, requests are decided by onStoreError withi
     await request(allowApp.getHttpServer()).get('/guarded').expect(200).expect('ratelimit-remaining', '99');
 
     process.kill(server.pid, 'SIGSTOP');
+    const slowest = { ms: 0 };
+    const timed = async <T>(call: () => Promise<T>): Promise<T> => {
+      const started = performance.now();
+      const result = await call();
+      slowest.ms = Math.max(slowest.ms, performance.now() - started);
+      return result;
+    };
     try {
       for (let i = 0; i < 5; i += 1) {
-        const allowed = await request(allowApp.getHttpServer()).get('/guarded').expect(200);
+        const allowed = await timed(() => request(allowApp.getHttpServer()).get('/guarded').expect(200));
         expect(allowed.headers['ratelimit-limit']).toBeUndefined();
-        const denied = await request(denyApp.getHttpServer()).get('/guarded').expect(429);
+        const denied = await timed(() => request(denyApp.getHttpServer()).get('/guarded').expect(429));
         expect(denied.headers['retry-after']).toBe('1');
         expect(denied.body).toMatchObject({ statusCode: 429, retryAfter: 1 });
       }
     } finally {
       process.kill(server.pid, 'SIGCONT');
     }
+    // Not a speed measurement: a request that waited on the paused Redis would take seconds.
+    expect(slowest.ms).toBeLessThan(1_000);
     // Ten failures, one sampled line per app.
     const failures = logs.at(
       'error',
@@ -79,7 +89,11 @@ describe('when Redis stops answering, requests are decided by onStoreError withi
       expect.stringContaining("onStoreError 'deny' refused requests: 1 since last report"),
     ]);
 
-    // The timed-out calls were sent, so Redis still counts them when it wakes up: 1 + 5 + 5 + 1.
+    // The timed-out calls were sent, so Redis still runs them when it wakes up (1 + 5 + 5), each
+    // exactly once; wait for all of them to land, then the next request is the 12th.
+    const redis = server.client();
+    const [key] = await redis.keys(`${prefix}:*:GuardedController.get:fw`);
+    await vi.waitUntil(async () => (await redis.hget(key, 'c')) === '11', { timeout: 5_000, interval: 20 });
     await request(allowApp.getHttpServer()).get('/guarded').expect(200).expect('ratelimit-remaining', '88');
   });
 

@@ -5,6 +5,7 @@ import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RateLimit, RateLimitGuard, RateLimitInterceptor, RateLimitModule, RedisService } from '@app/rate-limit';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { LogCapture } from '../support/log-capture.js';
 import { uniquePrefix } from '../support/test-app.js';
 
 @Controller('opt-in')
@@ -129,5 +130,50 @@ describe('module options', () => {
       delete process.env.RATE_LIMIT_NO_CONFIG_MODULE_COUNT;
       await app.close();
     }
+  });
+});
+
+describe('bootstrap failures', () => {
+  it('leave no Redis connection open when a rule is invalid', async () => {
+    const server = await startRedisServer();
+    try {
+      @Controller('broken')
+      class BrokenController {
+        @Get()
+        @RateLimit(0, '1s')
+        get() {}
+      }
+      const moduleRef = await Test.createTestingModule({
+        imports: [RateLimitModule.forRoot({ redis: server.url })],
+        controllers: [BrokenController],
+      }).compile();
+      const app = moduleRef.createNestApplication({ logger: false });
+      await expect(app.init()).rejects.toThrow("@RateLimit on BrokenController.get: 'count'");
+      const clients = await server.client().client('LIST');
+      expect(String(clients)).not.toContain('name=rate-limit');
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it('warn when two controllers of one name would share counters', async () => {
+    const logs = new LogCapture();
+    const make = () => {
+      @Controller(`twin-${Math.random().toString(36).slice(2)}`)
+      class TwinController {
+        @Get()
+        @RateLimit(1, '1s')
+        get() {}
+      }
+      return TwinController;
+    };
+    const moduleRef = await Test.createTestingModule({
+      imports: [RateLimitModule.forRoot()],
+      controllers: [make(), make()],
+    }).compile();
+    const app = moduleRef.createNestApplication({ logger: logs });
+    await app.init();
+    await app.close();
+    expect(logs.at('warn', /2 controllers are named TwinController/)).toHaveLength(1);
   });
 });

@@ -73,6 +73,18 @@ describe('SampledLogger', () => {
     expect(out.total()).toBe(200);
   });
 
+  it('keeps the line cap on close, summing what does not fit', () => {
+    const out = new Lines();
+    const logger = new SampledLogger(out, options);
+    for (let ip = 0; ip < 5_000; ip += 1) {
+      logger.record(`ip-${ip}`, `key ip-${ip}`);
+      logger.record(`ip-${ip}`, `key ip-${ip}`);
+    }
+    logger.close();
+    expect(out.lines.length).toBeLessThanOrEqual(2 * options.maxLinesPerSecond + 1);
+    expect(out.total()).toBe(10_000);
+  });
+
   it('stops its timer when nothing is pending', () => {
     const logger = new SampledLogger(new Lines(), options);
     logger.record('k', 'key k');

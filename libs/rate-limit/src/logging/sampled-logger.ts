@@ -62,12 +62,15 @@ export class SampledLogger {
     }
   }
 
-  /** Reports everything pending: keys whose interval has passed get their line, the rest one summary. */
+  /**
+   * Reports what is pending: keys whose interval has passed (all keys, with `force`) get their own
+   * line while the line cap allows; the rest are summed into one line.
+   */
   flush(force = false): void {
     const now = Date.now();
     for (const [key, entry] of this.entries) {
       if (entry.pending > 0 && (force || now - entry.lastLineAt >= this.options.intervalMs)) {
-        if (force || this.takeLine(now)) this.emit(entry, now);
+        if (this.takeLine(now)) this.emit(entry, now);
         else this.moveToSummary(entry);
       }
       if (entry.pending === 0 && now - entry.lastLineAt >= this.options.intervalMs) this.entries.delete(key);

@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
 import {
@@ -15,11 +15,13 @@ export class RedisTimeoutError extends Error {
 
 /**
  * Defaults for a client the library creates. No offline queue: a call made while the connection is
- * down fails at once instead of waiting, and cannot be replayed (counted twice) after a reconnect.
+ * down fails at once instead of waiting. No re-sending of calls that were sent but not answered
+ * when a connection dropped: Redis may have run them already, and a request must not count twice.
  */
 const OWN_CLIENT_DEFAULTS: RedisOptions = {
   lazyConnect: true,
   enableOfflineQueue: false,
+  autoResendUnfulfilledCommands: false,
   maxRetriesPerRequest: 1,
   connectTimeout: 2_000,
   connectionName: 'rate-limit',
@@ -31,7 +33,7 @@ const OWN_CLIENT_DEFAULTS: RedisOptions = {
  * loads them on every (re)connect so that EVALSHA normally hits.
  */
 @Injectable()
-export class RedisService implements OnModuleInit, OnApplicationShutdown {
+export class RedisService implements OnApplicationBootstrap, OnApplicationShutdown {
   private readonly logger = new Logger('RateLimit');
   private readonly redis: Redis | Cluster | undefined;
   private readonly ownsClient: boolean;
@@ -59,7 +61,7 @@ export class RedisService implements OnModuleInit, OnApplicationShutdown {
       this.ownsClient = true;
     }
     if (this.redis) {
-      this.redis.on('ready', () => void this.loadScripts());
+      this.redis.on('ready', this.onReady);
       // An 'error' event without a listener is printed for every reconnect attempt; the limiter
       // reports failures itself, by sampling, when a request meets them.
       if (this.ownsClient) this.redis.on('error', () => undefined);
@@ -100,7 +102,8 @@ export class RedisService implements OnModuleInit, OnApplicationShutdown {
     return withDeadline(script.run(this.client, keys, args), this.timeoutMs, script.name);
   }
 
-  async onModuleInit(): Promise<void> {
+  /** Connects once every module is initialised, so an app whose bootstrap fails leaves no socket open. */
+  async onApplicationBootstrap(): Promise<void> {
     if (!this.redis || !this.ownsClient || this.redis.status !== 'wait') return;
     try {
       await this.redis.connect();
@@ -112,6 +115,7 @@ export class RedisService implements OnModuleInit, OnApplicationShutdown {
 
   async onApplicationShutdown(): Promise<void> {
     const client = this.redis;
+    client?.off('ready', this.onReady);
     if (!client || !this.ownsClient || client.status === 'end') return;
     const ended = new Promise<void>((resolve) => client.once('end', resolve));
     try {
@@ -125,6 +129,8 @@ export class RedisService implements OnModuleInit, OnApplicationShutdown {
       client.disconnect();
     }
   }
+
+  private readonly onReady = () => void this.loadScripts();
 
   private async loadScripts(): Promise<void> {
     const client = this.redis;

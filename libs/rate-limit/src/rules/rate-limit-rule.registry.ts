@@ -1,4 +1,4 @@
-import { Injectable, type OnModuleInit } from '@nestjs/common';
+import { Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
 import {
@@ -28,12 +28,17 @@ export class RateLimitRuleRegistry implements OnModuleInit {
 
   onModuleInit(): void {
     const problems = new Set<string>();
+    const classesByName = new Map<string, Set<Handler>>();
     for (const { metatype } of this.discovery.getControllers()) {
       if (typeof metatype !== 'function') continue;
       const prototype = metatype.prototype as Record<string, Handler>;
       for (const method of this.scanner.getAllMethodNames(prototype)) {
         try {
-          this.rulesFor(metatype, prototype[method]);
+          const rules = this.rulesFor(metatype, prototype[method]);
+          if (rules.some((rule) => rule.name.startsWith(`${metatype.name}.`) || rule.name === metatype.name)) {
+            if (!classesByName.has(metatype.name)) classesByName.set(metatype.name, new Set());
+            classesByName.get(metatype.name)!.add(metatype);
+          }
         } catch (error) {
           if (!(error instanceof RateLimitConfigurationError)) throw error;
           for (const problem of error.problems) problems.add(problem);
@@ -42,6 +47,13 @@ export class RateLimitRuleRegistry implements OnModuleInit {
     }
     if (problems.size > 0) {
       throw new RateLimitConfigurationError([...problems]);
+    }
+    for (const [name, classes] of classesByName) {
+      if (classes.size > 1) {
+        new Logger('RateLimit').warn(
+          `${classes.size} controllers are named ${name}: rules named after the class share their counters; give them distinct 'name's`,
+        );
+      }
     }
   }
 
