@@ -97,22 +97,20 @@ describe('Redis store (consume script) against a real Redis', () => {
   it('reports the window left as resetMs, and takes a shorter window at once', async () => {
     // The caller's clock (the module's `clock` option) instead of Redis TIME.
     let now = 1_000_000;
-    {
-      const key = `${uniquePrefix()}:reset`;
-      const hour = hit(key, { limit: 1, windowMs: 3_600_000 });
-      expect((await store.consume([hour], now)).decisions[0]).toEqual({
-        allowed: true,
-        limit: 1,
-        remaining: 0,
-        resetMs: 3_600_000,
-      });
-      now += 1_000;
-      expect((await store.consume([hour], now)).decisions[0]).toMatchObject({ allowed: false, resetMs: 3_599_000 });
-      // The window shrank to 1 s (a config-centre change): the window that began 1 s ago is over.
-      const second = hit(key, { limit: 1, windowMs: 1_000 });
-      expect((await store.consume([second], now)).decisions[0]).toMatchObject({ allowed: true, resetMs: 1_000 });
-      expect(await redis.pttl(key)).toBeLessThanOrEqual(2_000);
-    }
+    const key = `${uniquePrefix()}:reset`;
+    const hour = hit(key, { limit: 1, windowMs: 3_600_000 });
+    expect((await store.consume([hour], now)).decisions[0]).toEqual({
+      allowed: true,
+      limit: 1,
+      remaining: 0,
+      resetMs: 3_600_000,
+    });
+    now += 1_000;
+    expect((await store.consume([hour], now)).decisions[0]).toMatchObject({ allowed: false, resetMs: 3_599_000 });
+    // The window shrank to 1 s (a config-centre change): the window that began 1 s ago is over.
+    const second = hit(key, { limit: 1, windowMs: 1_000 });
+    expect((await store.consume([second], now)).decisions[0]).toMatchObject({ allowed: true, resetMs: 1_000 });
+    expect(await redis.pttl(key)).toBeLessThanOrEqual(2_000);
   });
 });
 
