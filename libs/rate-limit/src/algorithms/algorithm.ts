@@ -46,7 +46,8 @@ export interface RateLimitAlgorithm<State> {
 }
 
 /**
- * Added before flooring a fractional remaining count, so that 2.9999999999999996 (float noise in
- * `limit * elapsed / window`) reads as 3. The Lua scripts add the same constant.
+ * Float noise allowance: added before flooring (so 2.9999999999999996 units read as 3), taken off
+ * before ceiling (so 1.0000000000000009 ms reads as 1), and allowed in comparisons of fractional
+ * times. The Lua scripts use the same constant, so both sides round alike.
  */
-export const FLOOR_EPSILON = 1e-9;
+export const ROUNDING_EPSILON = 1e-9;

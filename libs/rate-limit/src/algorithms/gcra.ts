@@ -1,4 +1,4 @@
-import { FLOOR_EPSILON, type RateLimitAlgorithm } from './algorithm.js';
+import { ROUNDING_EPSILON, type RateLimitAlgorithm } from './algorithm.js';
 
 export interface GcraState {
   /** Theoretical arrival time of the next unit, in ms. */
@@ -18,14 +18,14 @@ export const gcra: RateLimitAlgorithm<GcraState> = {
     const tat = state ? Math.max(state.tat, now) : now;
     const nextTat = tat + cost * interval;
     const allowAt = nextTat - tolerance;
-    const allowed = now >= allowAt;
+    const allowed = now + ROUNDING_EPSILON >= allowAt;
     const pending = allowed ? nextTat - now : tat - now;
     return {
       allowed,
-      remaining: Math.max(0, Math.floor((tolerance - pending) / interval + FLOOR_EPSILON)),
-      resetMs: allowed ? Math.ceil(nextTat - now) : Math.ceil(allowAt - now),
+      remaining: Math.max(0, Math.floor((tolerance - pending) / interval + ROUNDING_EPSILON)),
+      resetMs: Math.ceil((allowed ? nextTat : allowAt) - now - ROUNDING_EPSILON),
       next: { tat: nextTat },
-      ttlMs: Math.ceil(nextTat - now),
+      ttlMs: Math.ceil(nextTat - now - ROUNDING_EPSILON),
     };
   },
 };

@@ -1,4 +1,4 @@
-import { FLOOR_EPSILON, type RateLimitAlgorithm } from './algorithm.js';
+import { ROUNDING_EPSILON, type RateLimitAlgorithm } from './algorithm.js';
 
 /** Counts of the current and the previous aligned window. */
 export interface SlidingWindowState {
@@ -35,7 +35,7 @@ export const slidingWindow: RateLimitAlgorithm<SlidingWindowState> = {
     }
     const elapsed = Math.max(0, now - index * windowMs);
     const estimate = (previous * (windowMs - elapsed)) / windowMs + current;
-    const allowed = estimate + cost <= limit;
+    const allowed = estimate + cost <= limit + ROUNDING_EPSILON;
     const used = allowed ? estimate + cost : estimate;
     const after = allowed ? current + cost : current;
 
@@ -47,17 +47,17 @@ export const slidingWindow: RateLimitAlgorithm<SlidingWindowState> = {
     } else if (current + cost <= limit && previous > 0) {
       // Admitted later in this window, once the previous window's weight has fallen enough.
       const at = windowMs - ((limit - current - cost) * windowMs) / previous;
-      resetMs = Math.ceil(at - elapsed);
+      resetMs = Math.ceil(at - elapsed - ROUNDING_EPSILON);
     } else if (cost > limit || current === 0) {
       resetMs = (index + 1) * windowMs - now;
     } else {
       // Admitted in the next window, once this window's weight (as the previous one) has fallen enough.
       const at = windowMs - ((limit - cost) * windowMs) / current;
-      resetMs = Math.ceil((index + 1) * windowMs + Math.max(0, at) - now);
+      resetMs = Math.ceil((index + 1) * windowMs + Math.max(0, at) - now - ROUNDING_EPSILON);
     }
     return {
       allowed,
-      remaining: Math.max(0, Math.floor(limit - used + FLOOR_EPSILON)),
+      remaining: Math.max(0, Math.floor(limit - used + ROUNDING_EPSILON)),
       resetMs,
       next: { index, current: after, previous },
       ttlMs: (index + 2) * windowMs - now,

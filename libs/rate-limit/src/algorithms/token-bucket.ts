@@ -1,4 +1,4 @@
-import { FLOOR_EPSILON, type RateLimitAlgorithm } from './algorithm.js';
+import { ROUNDING_EPSILON, type RateLimitAlgorithm } from './algorithm.js';
 
 export interface TokenBucketState {
   tokens: number;
@@ -20,13 +20,13 @@ export const tokenBucket: RateLimitAlgorithm<TokenBucketState> = {
       refilledAt = Math.max(now, state.refilledAt);
       tokens = Math.min(burst, state.tokens + Math.max(0, now - state.refilledAt) * rate);
     }
-    const allowed = tokens >= cost;
+    const allowed = tokens + ROUNDING_EPSILON >= cost;
     const after = allowed ? tokens - cost : tokens;
-    const full = Math.ceil((burst - after) / rate);
+    const full = Math.ceil((burst - after) / rate - ROUNDING_EPSILON);
     return {
       allowed,
-      remaining: Math.max(0, Math.floor(after + FLOOR_EPSILON)),
-      resetMs: allowed ? full : Math.ceil((cost - tokens) / rate),
+      remaining: Math.max(0, Math.floor(after + ROUNDING_EPSILON)),
+      resetMs: allowed ? full : Math.ceil((cost - tokens) / rate - ROUNDING_EPSILON),
       next: { tokens: after, refilledAt },
       ttlMs: full,
     };

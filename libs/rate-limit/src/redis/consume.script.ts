@@ -1,4 +1,4 @@
-import { FLOOR_EPSILON } from '../algorithms/algorithm.js';
+import { ROUNDING_EPSILON } from '../algorithms/algorithm.js';
 import { FIXED_WINDOW_LUA } from './lua/fixed-window.lua.js';
 import { GCRA_LUA } from './lua/gcra.lua.js';
 import { SLIDING_LOG_LUA } from './lua/sliding-log.lua.js';
@@ -18,7 +18,8 @@ export const ARGS_PER_RULE = 6;
  * it only sets the block key of a rule with `blockFor` that rejected it, and gives a TTL to any
  * key found without one (left over by older code).
  *
- * KEYS: per rule, its state key and its block key (all in one hash slot).
+ * KEYS: per rule, its state key and its block key (all in one hash slot; the block key holds the
+ *       time a `blockFor` penalty ends).
  * ARGV: now in ms (negative: use Redis TIME), a nonce unique to the request, the number of rules,
  *       then per rule: algorithm, limit, window ms, cost, burst, block ms.
  * Returns: all admitted (1/0), now, then per rule: admitted (1/0), remaining, reset ms.
@@ -29,7 +30,7 @@ export const CONSUME_SCRIPT = new RedisScript(
   'consume',
   `
 local GRACE_MS = ${GRACE_MS}
-local FLOOR_EPSILON = ${FLOOR_EPSILON}
+local ROUNDING_EPSILON = ${ROUNDING_EPSILON}
 local function fmt(x) return string.format('%.17g', x) end
 local ALG = {}
 ${FIXED_WINDOW_LUA}
@@ -52,11 +53,12 @@ for i = 1, n do
               cost = tonumber(ARGV[b + 4]), burst = tonumber(ARGV[b + 5]), block = tonumber(ARGV[b + 6]) }
   local algorithm = ALG[p.alg]
   if not algorithm then return redis.error_reply('unknown algorithm ' .. tostring(p.alg)) end
-  local blocked = 0
-  if p.block > 0 then blocked = redis.call('PTTL', KEYS[2 * i]) end
+  -- A block key holds the time the penalty ends, so it follows the same clock as the counters.
+  local blockedUntil = 0
+  if p.block > 0 then blockedUntil = tonumber(redis.call('GET', KEYS[2 * i])) or 0 end
   local s
-  if blocked > 0 then
-    s = { allowed = false, remaining = 0, reset = blocked, blocked = true }
+  if blockedUntil > now then
+    s = { allowed = false, remaining = 0, reset = blockedUntil - now, blocked = true }
   else
     s = algorithm.check(KEYS[2 * i - 1], now, p)
   end
@@ -70,7 +72,7 @@ for i = 1, n do
     ALG[p.alg].commit(key, now, p, s, nonce)
   else
     if not s.allowed and not s.blocked and p.block > 0 then
-      redis.call('SET', KEYS[2 * i], '1', 'PX', p.block)
+      redis.call('SET', KEYS[2 * i], fmt(now + p.block), 'PX', p.block + GRACE_MS)
       s.reset = math.max(s.reset, p.block)
     end
     if redis.call('PTTL', key) == -1 then redis.call('PEXPIRE', key, p.window + GRACE_MS) end

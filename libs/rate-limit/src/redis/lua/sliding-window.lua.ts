@@ -16,7 +16,7 @@ ALG['sliding-window'] = {
     end
     local elapsed = math.max(0, now - index * W)
     local estimate = (previous * (W - elapsed)) / W + current
-    local allowed = estimate + p.cost <= p.limit
+    local allowed = estimate + p.cost <= p.limit + ROUNDING_EPSILON
     local used, after = estimate, current
     if allowed then used = estimate + p.cost; after = current + p.cost end
     local reset
@@ -26,14 +26,14 @@ ALG['sliding-window'] = {
       else reset = 0 end
     elseif current + p.cost <= p.limit and previous > 0 then
       local at = W - ((p.limit - current - p.cost) * W) / previous
-      reset = math.ceil(at - elapsed)
+      reset = math.ceil(at - elapsed - ROUNDING_EPSILON)
     elseif p.cost > p.limit or current == 0 then
       reset = (index + 1) * W - now
     else
       local at = W - ((p.limit - p.cost) * W) / current
-      reset = math.ceil((index + 1) * W + math.max(0, at) - now)
+      reset = math.ceil((index + 1) * W + math.max(0, at) - now - ROUNDING_EPSILON)
     end
-    return { allowed = allowed, remaining = math.max(0, math.floor(p.limit - used + FLOOR_EPSILON)), reset = reset,
+    return { allowed = allowed, remaining = math.max(0, math.floor(p.limit - used + ROUNDING_EPSILON)), reset = reset,
              ttl = (index + 2) * W - now, index = index, current = after, previous = previous }
   end,
   commit = function(key, now, p, s)

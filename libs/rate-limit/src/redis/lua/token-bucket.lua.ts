@@ -13,13 +13,13 @@ ALG['token-bucket'] = {
       refilledAt = math.max(now, r0)
       tokens = math.min(p.burst, t0 + math.max(0, now - r0) * rate)
     end
-    local allowed = tokens >= p.cost
+    local allowed = tokens + ROUNDING_EPSILON >= p.cost
     local after = tokens
     if allowed then after = tokens - p.cost end
-    local full = math.ceil((p.burst - after) / rate)
+    local full = math.ceil((p.burst - after) / rate - ROUNDING_EPSILON)
     local reset = full
-    if not allowed then reset = math.ceil((p.cost - tokens) / rate) end
-    return { allowed = allowed, remaining = math.max(0, math.floor(after + FLOOR_EPSILON)), reset = reset, ttl = full,
+    if not allowed then reset = math.ceil((p.cost - tokens) / rate - ROUNDING_EPSILON) end
+    return { allowed = allowed, remaining = math.max(0, math.floor(after + ROUNDING_EPSILON)), reset = reset, ttl = full,
              tokens = after, refilledAt = refilledAt }
   end,
   commit = function(key, now, p, s)

@@ -1,0 +1,96 @@
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  MemoryRateLimitStore,
+  type RateLimitAlgorithmName,
+  type RateLimitHit,
+  type RateLimitStore,
+} from '@app/rate-limit';
+import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { createStore } from '../support/store-module.js';
+import { uniquePrefix } from '../support/test-app.js';
+
+const ALGORITHMS: RateLimitAlgorithmName[] = ['fixed-window', 'sliding-window', 'sliding-log', 'token-bucket', 'gcra'];
+
+interface RuleShape {
+  algorithm: RateLimitAlgorithmName;
+  limit: number;
+  windowMs: number;
+  burst: number;
+  blockMs: number;
+}
+
+const rule = (algorithm: fc.Arbitrary<RateLimitAlgorithmName>): fc.Arbitrary<RuleShape> =>
+  fc.record({
+    algorithm,
+    limit: fc.integer({ min: 1, max: 8 }),
+    windowMs: fc.constantFrom(1_000, 1_500, 7_000, 60_000),
+    burst: fc.integer({ min: 1, max: 10 }),
+    blockMs: fc.constantFrom(0, 0, 0, 500, 3_000),
+  });
+
+/** Requests: gaps on a fake clock (bursts, idles across several windows) and costs. */
+const traffic = fc.array(
+  fc.record({
+    gapMs: fc.oneof(fc.integer({ min: 0, max: 40 }), fc.integer({ min: 0, max: 4_000 }), fc.constant(0)),
+    cost: fc.oneof(fc.constant(1), fc.integer({ min: 1, max: 4 })),
+  }),
+  { minLength: 1, maxLength: 40 },
+);
+
+/** The time base: any epoch ms, so window alignment falls anywhere. */
+const start = fc.integer({ min: 1_600_000_000_000, max: 1_900_000_000_000 });
+
+describe('Redis scripts and the embedded store decide alike (property-based, fake clock)', () => {
+  let server: RedisServer;
+  let redisStore: RateLimitStore;
+  let close: () => Promise<void>;
+
+  beforeAll(async () => {
+    server = await startRedisServer();
+    ({ store: redisStore, close } = await createStore({ redis: server.url, redisTimeoutMs: 2_000 }));
+  });
+
+  afterAll(async () => {
+    await close?.();
+    await server?.stop();
+  });
+
+  async function replay(rules: RuleShape[], requests: { gapMs: number; cost: number }[], t0: number): Promise<void> {
+    const identity = uniquePrefix();
+    const memory = new MemoryRateLimitStore(1_000);
+    let now = t0;
+    for (const [step, { gapMs, cost }] of requests.entries()) {
+      now += gapMs;
+      const hits: RateLimitHit[] = rules.map((shape, i) => ({
+        ...shape,
+        key: `p:{${identity}}:r${i}:${shape.algorithm}`,
+        blockKey: `p:{${identity}}:r${i}:block`,
+        cost,
+      }));
+      const [fromRedis, fromMemory] = await Promise.all([redisStore.consume(hits, now), memory.consume(hits, now)]);
+      expect(fromRedis, `step ${step} at +${now - t0} ms`).toEqual(fromMemory);
+    }
+  }
+
+  it.each(ALGORITHMS)('%s', async (algorithm) => {
+    await fc.assert(
+      fc.asyncProperty(rule(fc.constant(algorithm)), traffic, start, (shape, requests, t0) =>
+        replay([shape], requests, t0),
+      ),
+      { numRuns: 60 },
+    );
+  });
+
+  it('several rules of any algorithms on one request: all admit and move, or none moves', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(rule(fc.constantFrom(...ALGORITHMS)), { minLength: 2, maxLength: 3 }),
+        traffic,
+        start,
+        (shapes, requests, t0) => replay(shapes, requests, t0),
+      ),
+      { numRuns: 60 },
+    );
+  });
+});
