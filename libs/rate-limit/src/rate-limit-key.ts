@@ -12,8 +12,18 @@ const ALGORITHM_TAG: Record<RateLimitAlgorithmName, string> = {
   gcra: 'gc',
 };
 
-/** The identity as it appears in keys: itself when short and plain, else `#` and its SHA-256. */
-export function identityPart(identity: string): string {
+/**
+ * Stands for requests whose `by` resolver gave no identity. `~` is in no plain identity and no
+ * digest, so no real identity shares its counter.
+ */
+export const ANONYMOUS_IDENTITY = '~anonymous';
+
+/**
+ * The identity as it appears in keys: itself when short and plain, `#` and its SHA-256 otherwise,
+ * and `~anonymous` for `null` (no identity).
+ */
+export function identityPart(identity: string | null): string {
+  if (identity === null) return ANONYMOUS_IDENTITY;
   return PLAIN_IDENTITY.test(identity) ? identity : `#${createHash('sha256').update(identity).digest('base64url')}`;
 }
 
@@ -26,7 +36,7 @@ export function identityPart(identity: string): string {
 export function rateLimitKeys(
   prefix: string,
   ruleName: string,
-  identity: string,
+  identity: string | null,
   algorithm: RateLimitAlgorithmName,
 ): { key: string; blockKey: string } {
   const base = `${prefix}:{${identityPart(identity)}}:${ruleName}`;

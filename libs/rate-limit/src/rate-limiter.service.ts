@@ -11,7 +11,7 @@ import { RateLimitConfigCentre } from './config-centre/rate-limit-config-centre.
 import { RuleThresholds, type Thresholds } from './config-centre/rule-thresholds.js';
 import { SampledLogger } from './logging/sampled-logger.js';
 import type { RateLimitOutcome, RuleDecision } from './rate-limit-outcome.js';
-import { rateLimitKeys } from './rate-limit-key.js';
+import { ANONYMOUS_IDENTITY, rateLimitKeys } from './rate-limit-key.js';
 import { DEFAULT_LOG_MAX_TRACKED } from './rate-limit.constants.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from './rate-limit.options.js';
 import type { RateLimitRule } from './rules/rate-limit-rule.js';
@@ -23,7 +23,8 @@ const STORE_ERROR_RETRY_MS = 1_000;
 /** A rule made concrete for one request. */
 interface PreparedRule {
   rule: RateLimitRule;
-  identity: string;
+  /** `null` when the resolver gave none: the rule's anonymous counter. */
+  identity: string | null;
   thresholds: Thresholds;
   hit: RateLimitHit;
 }
@@ -39,7 +40,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   private readonly thresholds: RuleThresholds;
   private readonly rejections: SampledLogger | undefined;
   private readonly storeErrors: SampledLogger;
-  private readonly badCosts = new Set<string>();
+  private readonly warned = new Set<string>();
 
   constructor(
     @Inject(RESOLVED_RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
@@ -90,7 +91,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     }
     const decisions = prepared.map(({ rule, identity }, i): RuleDecision => {
       const decision = consumption.decisions[i];
-      return { ...decision, rule, identity, fallback: false };
+      return { ...decision, rule, identity: identity ?? ANONYMOUS_IDENTITY, fallback: false };
     });
     if (!consumption.allowed && this.rejections) {
       for (const [i, decision] of decisions.entries()) {
@@ -127,7 +128,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     };
   }
 
-  private async identify(rule: RateLimitRule, context: ExecutionContext): Promise<string> {
+  private async identify(rule: RateLimitRule, context: ExecutionContext): Promise<string | null> {
     const { by } = rule;
     if (by === 'global') return 'global';
     if (by === 'ip') {
@@ -140,14 +141,14 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       return clientAddressIdentity(address, this.options.ipv6PrefixBits);
     }
     const identity: unknown = await by(context);
+    if (typeof identity === 'string' && identity !== '') return identity;
     if (typeof identity === 'number' && Number.isFinite(identity)) return String(identity);
-    if (typeof identity !== 'string' || identity === '') {
-      throw new Error(
-        `@RateLimit on ${rule.declaredOn}: 'by' returned ${identity === '' ? 'an empty string' : String(identity)}; ` +
-          'return a non-empty string, or throw an HttpException (e.g. BadRequestException) to refuse the request',
-      );
-    }
-    return identity;
+    this.warnOnce(
+      `identity:${rule.declaredOn}:${rule.name}`,
+      `@RateLimit on ${rule.declaredOn}: 'by' returned ${identity === '' ? 'an empty string' : describeValue(identity)}; ` +
+        `such requests share one '${ANONYMOUS_IDENTITY}' counter of rule ${rule.name}. Throw an HttpException from 'by' to refuse them instead`,
+    );
+    return null;
   }
 
   private async costOf(rule: RateLimitRule, context: ExecutionContext): Promise<number> {
@@ -155,13 +156,18 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     if (typeof cost === 'number') return cost;
     const value: unknown = await cost(context);
     if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
-    if (!this.badCosts.has(rule.declaredOn) && this.badCosts.size < 1_000) {
-      this.badCosts.add(rule.declaredOn);
-      this.logger.warn(
-        `@RateLimit on ${rule.declaredOn}: 'cost' returned ${String(value)}, not a whole number >= 0; counting 1`,
-      );
-    }
+    this.warnOnce(
+      `cost:${rule.declaredOn}:${rule.name}`,
+      `@RateLimit on ${rule.declaredOn}: 'cost' returned ${describeValue(value)}, not a whole number >= 0; counting 1`,
+    );
     return 1;
+  }
+
+  /** A misconfiguration is reported once, not per request; the set is bounded by the rules. */
+  private warnOnce(id: string, message: string): void {
+    if (this.warned.has(id) || this.warned.size >= 1_000) return;
+    this.warned.add(id);
+    this.logger.warn(message);
   }
 
   private onStoreError(prepared: readonly PreparedRule[], error: unknown): RateLimitOutcome {
@@ -178,7 +184,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       remaining: allowed ? thresholds.count : 0,
       resetMs: allowed ? thresholds.windowMs : STORE_ERROR_RETRY_MS,
       rule,
-      identity,
+      identity: identity ?? ANONYMOUS_IDENTITY,
       fallback: true,
     }));
     return outcome(decisions, allowed);
@@ -201,4 +207,10 @@ function outcome(decisions: readonly RuleDecision[], allowed: boolean): RateLimi
 
 function tighter(a: RuleDecision, b: RuleDecision): boolean {
   return a.remaining < b.remaining || (a.remaining === b.remaining && a.resetMs > b.resetMs);
+}
+
+function describeValue(value: unknown): string {
+  if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value);
+  if (value === null || value === undefined || typeof value !== 'object') return String(value);
+  return Array.isArray(value) ? 'an array' : 'an object';
 }

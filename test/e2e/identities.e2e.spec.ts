@@ -1,0 +1,94 @@
+import { Controller, type ExecutionContext, Get, type INestApplication } from '@nestjs/common';
+import type { Redis } from 'ioredis';
+import request from 'supertest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RateLimit } from '@app/rate-limit';
+import { LogCapture } from '../support/log-capture.js';
+import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { createTestApp, uniquePrefix } from '../support/test-app.js';
+
+/** The identity is whatever the client puts in `?u=`; `?none` gives undefined, `?null` gives null. */
+function fromQuery(context: ExecutionContext): string {
+  const query = context.switchToHttp().getRequest<{ query: Record<string, string> }>().query;
+  if ('none' in query) return undefined as unknown as string;
+  if ('null' in query) return null as unknown as string;
+  return query.u;
+}
+
+@Controller('who')
+class WhoController {
+  @Get()
+  @RateLimit({ name: 'who', count: 1, window: '1h', by: fromQuery })
+  get() {
+    return {};
+  }
+}
+
+const hostile = [
+  '{slot}',
+  'a}b{c',
+  '{}',
+  'line\nbreak',
+  '\r\n\r\nHTTP/1.1 200 OK',
+  'x'.repeat(10_000),
+  'ünïcödé 🚦',
+  'with space',
+  'rl:{x}:who:fw',
+  '#notadigest',
+  '~anonymous',
+  'plain-id',
+  'PLAIN-ID',
+];
+
+describe('hostile identities', () => {
+  let server: RedisServer;
+  let redis: Redis;
+  let app: INestApplication;
+  const prefix = uniquePrefix();
+  const logs = new LogCapture();
+
+  beforeAll(async () => {
+    server = await startRedisServer();
+    redis = server.client();
+    app = await createTestApp({
+      controllers: [WhoController],
+      rateLimit: { redis: server.url, keyPrefix: prefix },
+      logger: logs,
+    });
+  });
+
+  afterAll(async () => {
+    await app?.close();
+    await server?.stop();
+  });
+
+  it('never collide, never fail with 500, and keep every key small with a slot the library chose', async () => {
+    const http = request(app.getHttpServer());
+    // Limit 1: each identity's first request is admitted only if no other identity shares its counter.
+    for (const identity of hostile) {
+      await http.get('/who').query({ u: identity }).expect(200);
+    }
+    for (const identity of hostile) {
+      await http.get('/who').query({ u: identity }).expect(429);
+    }
+    const keys = await redis.keys(`${prefix}:*`);
+    expect(keys).toHaveLength(hostile.length);
+    for (const key of keys) {
+      expect(key.length).toBeLessThanOrEqual(120);
+      expect(key).toMatch(new RegExp(`^${prefix}:\\{[A-Za-z0-9._:#~/-]+\\}:who:fw$`));
+      expect(key).not.toMatch(/[\s\r\n]/);
+    }
+  });
+
+  it('counts requests without an identity in one explicit anonymous counter, warning once', async () => {
+    const http = request(app.getHttpServer());
+    await http.get('/who').query({ none: '' }).expect(200);
+    await http.get('/who').query({ null: '' }).expect(429);
+    await http.get('/who').query({ u: '' }).expect(429);
+    expect(await redis.exists(`${prefix}:{~anonymous}:who:fw`)).toBe(1);
+    // A client claiming the literal identity '~anonymous' got a counter of its own (tested above).
+    expect(logs.at('warn', /'by' returned/)).toHaveLength(1);
+    expect(logs.at('warn', /'by' returned/)[0]).toContain("share one '~anonymous' counter of rule who");
+    expect(logs.at('error')).toEqual([]);
+  });
+});
