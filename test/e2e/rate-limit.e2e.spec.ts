@@ -3,7 +3,7 @@ import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { RateLimit, RateLimitGuard, SkipRateLimit } from '@app/rate-limit';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
-import { createTestApp, uniquePrefix } from '../support/test-app.js';
+import { PLATFORMS, createTestApp, uniquePrefix } from '../support/test-app.js';
 
 @Controller('limited')
 class LimitedController {
@@ -64,14 +64,16 @@ const stores = [
   { name: 'Redis', url: async () => (server ??= await startRedisServer()).url },
   { name: 'embedded memory', url: () => Promise.resolve(undefined) },
 ];
+const matrix = stores.flatMap((store) => PLATFORMS.map((platform) => ({ ...store, platform })));
 
 // Time comes from the module's `clock` option, driven by a fake Date, so windows end when the test says.
-describe.each(stores)('rate limiting over HTTP with the $name store', (store) => {
+describe.each(matrix)('rate limiting over HTTP: $name store, $platform', (store) => {
   let app: INestApplication;
 
   beforeAll(async () => {
     vi.useFakeTimers({ toFake: ['Date'] });
     app = await createTestApp({
+      platform: store.platform,
       controllers: [LimitedController, ShopController, MultiController],
       rateLimit: { redis: await store.url(), keyPrefix: uniquePrefix(), clock: () => Date.now() },
     });
@@ -170,5 +172,42 @@ describe.each(stores)('rate limiting over HTTP with the $name store', (store) =>
     expect(both.headers['ratelimit-limit']).toBe('3');
     expect(Number(both.headers['retry-after'])).toBeGreaterThan(50);
     expect(both.body.retryAfter).toBe(Number(both.headers['retry-after']));
+  });
+});
+
+@Controller('client')
+class ClientController {
+  @Get()
+  @RateLimit(1, '1h')
+  get() {
+    return {};
+  }
+}
+
+describe.each(PLATFORMS)('the client address on %s', (platform) => {
+  it('is the forwarded client when the app trusts its proxy', async () => {
+    const app = await createTestApp({ platform, trustProxy: true, controllers: [ClientController] });
+    try {
+      const http = request(app.getHttpServer());
+      await http.get('/client').set('X-Forwarded-For', '198.51.100.1').expect(200);
+      await http.get('/client').set('X-Forwarded-For', '198.51.100.2').expect(200);
+      await http.get('/client').set('X-Forwarded-For', '198.51.100.1').expect(429);
+      // One /64 is one client: rotating the interface identifier does not escape the limit.
+      await http.get('/client').set('X-Forwarded-For', '2001:db8:7:7::1').expect(200);
+      await http.get('/client').set('X-Forwarded-For', '2001:db8:7:7:ffff::2').expect(429);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('ignores X-Forwarded-For when the app does not trust a proxy', async () => {
+    const app = await createTestApp({ platform, controllers: [ClientController] });
+    try {
+      const http = request(app.getHttpServer());
+      await http.get('/client').set('X-Forwarded-For', '198.51.100.1').expect(200);
+      await http.get('/client').set('X-Forwarded-For', '198.51.100.2').expect(429);
+    } finally {
+      await app.close();
+    }
   });
 });

@@ -1,5 +1,7 @@
 import type { INestApplication, ModuleMetadata, Type } from '@nestjs/common';
 import { ConfigModule } from '@nestjs/config';
+import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
+import type { NestExpressApplication } from '@nestjs/platform-express';
 import { Test } from '@nestjs/testing';
 import { RateLimitModule } from '@app/rate-limit';
 import type { LogCapture } from './log-capture.js';
@@ -11,9 +13,16 @@ export interface TestAppOptions {
   rateLimit?: RateLimitForRoot;
   imports?: ModuleMetadata['imports'];
   logger?: LogCapture | false;
+  /** HTTP adapter. Default Express. */
+  platform?: Platform;
+  /** Trust one proxy hop, so `req.ip` is the client named by `X-Forwarded-For`. */
+  trustProxy?: boolean;
 }
 
-/** A Nest app on Express with `RateLimitModule.forRoot(options.rateLimit)` and the given controllers. */
+export type Platform = 'express' | 'fastify';
+export const PLATFORMS: readonly Platform[] = ['express', 'fastify'];
+
+/** A Nest app with `RateLimitModule.forRoot(options.rateLimit)` and the given controllers. */
 export async function createTestApp(options: TestAppOptions): Promise<INestApplication> {
   const moduleRef = await Test.createTestingModule({
     imports: [
@@ -23,7 +32,16 @@ export async function createTestApp(options: TestAppOptions): Promise<INestAppli
     ],
     controllers: options.controllers,
   }).compile();
-  const app = moduleRef.createNestApplication({ logger: options.logger ?? false });
+  const logger = options.logger ?? false;
+  if (options.platform === 'fastify') {
+    const adapter = new FastifyAdapter({ trustProxy: options.trustProxy ?? false });
+    const app = moduleRef.createNestApplication<NestFastifyApplication>(adapter, { logger });
+    await app.init();
+    await app.getHttpAdapter().getInstance().ready();
+    return app;
+  }
+  const app = moduleRef.createNestApplication<NestExpressApplication>({ logger });
+  if (options.trustProxy) app.set('trust proxy', 1);
   await app.init();
   return app;
 }
