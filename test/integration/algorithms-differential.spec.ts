@@ -34,6 +34,8 @@ const traffic = fc.array(
   fc.record({
     gapMs: fc.oneof(fc.integer({ min: 0, max: 40 }), fc.integer({ min: 0, max: 4_000 }), fc.constant(0)),
     cost: fc.oneof(fc.constant(1), fc.integer({ min: 1, max: 4 })),
+    /** Refund this request (if admitted) that many requests later; -1: never. */
+    refundAfter: fc.oneof(fc.constant(-1), fc.constant(-1), fc.integer({ min: 0, max: 5 })),
   }),
   { minLength: 1, maxLength: 40 },
 );
@@ -41,7 +43,7 @@ const traffic = fc.array(
 /** The time base: any epoch ms, so window alignment falls anywhere. */
 const start = fc.integer({ min: 1_600_000_000_000, max: 1_900_000_000_000 });
 
-describe('Redis scripts and the embedded store decide alike (property-based, fake clock)', () => {
+describe('Redis scripts and the embedded store decide and refund alike (property-based, fake clock)', () => {
   let server: RedisServer;
   let redisStore: RateLimitStore;
   let close: () => Promise<void>;
@@ -56,12 +58,18 @@ describe('Redis scripts and the embedded store decide alike (property-based, fak
     await server?.stop();
   });
 
-  async function replay(rules: RuleShape[], requests: { gapMs: number; cost: number }[], t0: number): Promise<void> {
+  async function replay(
+    rules: RuleShape[],
+    requests: { gapMs: number; cost: number; refundAfter: number }[],
+    t0: number,
+  ): Promise<void> {
     const identity = uniquePrefix();
     const memory = new MemoryRateLimitStore(1_000);
+    const pending: { due: number; refund: () => Promise<unknown> }[] = [];
     let now = t0;
-    for (const [step, { gapMs, cost }] of requests.entries()) {
+    for (const [step, { gapMs, cost, refundAfter }] of requests.entries()) {
       now += gapMs;
+      for (const { refund } of pending.filter((p) => p.due === step)) await refund();
       const hits: RateLimitHit[] = rules.map((shape, i) => ({
         ...shape,
         key: `p:{${identity}}:r${i}:${shape.algorithm}`,
@@ -69,7 +77,21 @@ describe('Redis scripts and the embedded store decide alike (property-based, fak
         cost,
       }));
       const [fromRedis, fromMemory] = await Promise.all([redisStore.consume(hits, now), memory.consume(hits, now)]);
-      expect(fromRedis, `step ${step} at +${now - t0} ms`).toEqual(fromMemory);
+      const at = `step ${step} at +${now - t0} ms`;
+      expect(fromRedis.allowed, at).toBe(fromMemory.allowed);
+      expect(fromRedis.decisions, at).toEqual(fromMemory.decisions);
+      if (fromRedis.allowed && refundAfter >= 0) {
+        const redisReceipts = fromRedis.receipts!;
+        const memoryReceipts = fromMemory.receipts!;
+        pending.push({
+          due: step + refundAfter + 1,
+          refund: () =>
+            Promise.all([
+              redisStore.refund(hits.map((hit, i) => ({ hit, receipt: redisReceipts[i] }))),
+              memory.refund(hits.map((hit, i) => ({ hit, receipt: memoryReceipts[i] }))),
+            ]),
+        });
+      }
     }
   }
 

@@ -43,6 +43,11 @@ export interface AlgorithmStep<State> {
 export interface RateLimitAlgorithm<State> {
   readonly name: RateLimitAlgorithmName;
   step(state: State | undefined, params: AlgorithmParams, now: number): AlgorithmStep<State>;
+  /**
+   * Takes back `params.cost` units of a hit admitted at `admittedAt` (a refund), as far as the
+   * state still holds them: a window that has ended is not reopened.
+   */
+  refund(state: State, params: AlgorithmParams, admittedAt: number): State;
 }
 
 /**

@@ -31,4 +31,8 @@ export const fixedWindow: RateLimitAlgorithm<FixedWindowState> = {
       ttlMs: resetMs,
     };
   },
+  refund(state, { windowMs, cost }, admittedAt) {
+    if (admittedAt < state.start || admittedAt >= state.start + windowMs) return state;
+    return { start: state.start, count: Math.max(0, state.count - cost) };
+  },
 };

@@ -28,4 +28,7 @@ export const gcra: RateLimitAlgorithm<GcraState> = {
       ttlMs: Math.ceil(nextTat - now - ROUNDING_EPSILON),
     };
   },
+  refund(state, { limit, windowMs, cost }) {
+    return { tat: state.tat - cost * (windowMs / limit) };
+  },
 };

@@ -31,4 +31,14 @@ export const slidingLog: RateLimitAlgorithm<SlidingLogState> = {
       ttlMs: next.length > 0 ? next[next.length - 1] + windowMs - now : 0,
     };
   },
+  refund(state, { cost }, admittedAt) {
+    const entries = [...state];
+    for (let taken = 0, i = entries.length - 1; i >= 0 && taken < cost; i -= 1) {
+      if (entries[i] === admittedAt) {
+        entries.splice(i, 1);
+        taken += 1;
+      }
+    }
+    return entries;
+  },
 };

@@ -63,4 +63,10 @@ export const slidingWindow: RateLimitAlgorithm<SlidingWindowState> = {
       ttlMs: (index + 2) * windowMs - now,
     };
   },
+  refund(state, { windowMs, cost }, admittedAt) {
+    const index = Math.floor(admittedAt / windowMs);
+    if (state.index === index) return { ...state, current: Math.max(0, state.current - cost) };
+    if (state.index === index + 1) return { ...state, previous: Math.max(0, state.previous - cost) };
+    return state;
+  },
 };

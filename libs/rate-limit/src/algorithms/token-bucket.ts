@@ -31,4 +31,7 @@ export const tokenBucket: RateLimitAlgorithm<TokenBucketState> = {
       ttlMs: full,
     };
   },
+  refund(state, { cost, burst }) {
+    return { tokens: Math.min(burst, state.tokens + cost), refilledAt: state.refilledAt };
+  },
 };

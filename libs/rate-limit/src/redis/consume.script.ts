@@ -11,6 +11,19 @@ export const GRACE_MS = 1_000;
 
 /** ARGV entries per rule, after the three leading ones. */
 export const ARGS_PER_RULE = 6;
+export const REFUND_ARGS_PER_RULE = 5;
+
+/** Every algorithm's Lua, as the table ALG[name] = { check, commit, refund }. */
+const ALGORITHMS_LUA = `
+local GRACE_MS = ${GRACE_MS}
+local ROUNDING_EPSILON = ${ROUNDING_EPSILON}
+local function fmt(x) return string.format('%.17g', x) end
+local ALG = {}
+${FIXED_WINDOW_LUA}
+${SLIDING_WINDOW_LUA}
+${SLIDING_LOG_LUA}
+${TOKEN_BUCKET_LUA}
+${GCRA_LUA}`;
 
 /**
  * Decides all rules of one request in one atomic call: every rule is checked first, without
@@ -28,16 +41,7 @@ export const ARGS_PER_RULE = 6;
  */
 export const CONSUME_SCRIPT = new RedisScript(
   'consume',
-  `
-local GRACE_MS = ${GRACE_MS}
-local ROUNDING_EPSILON = ${ROUNDING_EPSILON}
-local function fmt(x) return string.format('%.17g', x) end
-local ALG = {}
-${FIXED_WINDOW_LUA}
-${SLIDING_WINDOW_LUA}
-${SLIDING_LOG_LUA}
-${TOKEN_BUCKET_LUA}
-${GCRA_LUA}
+  `${ALGORITHMS_LUA}
 local now = tonumber(ARGV[1])
 if now < 0 then
   local t = redis.call('TIME')
@@ -82,5 +86,27 @@ for i = 1, n do
   out[#out + 1] = s.reset
 end
 return out
+`,
+);
+
+/**
+ * Takes back the units of hits admitted together by one CONSUME_SCRIPT call: for refunds
+ * (`countOn`), and on Cluster for the slots that admitted a request another slot rejected.
+ *
+ * KEYS: per rule, its state key.
+ * ARGV: the `now` that CONSUME_SCRIPT returned, its nonce, the number of rules, then per rule:
+ *       algorithm, limit, window ms, cost, burst.
+ */
+export const REFUND_SCRIPT = new RedisScript(
+  'refund',
+  `${ALGORITHMS_LUA}
+local at, nonce, n = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+for i = 1, n do
+  local b = 3 + (i - 1) * ${REFUND_ARGS_PER_RULE}
+  local p = { alg = ARGV[b + 1], limit = tonumber(ARGV[b + 2]), window = tonumber(ARGV[b + 3]),
+              cost = tonumber(ARGV[b + 4]), burst = tonumber(ARGV[b + 5]) }
+  ALG[p.alg].refund(KEYS[i], at, p, nonce)
+end
+return n
 `,
 );

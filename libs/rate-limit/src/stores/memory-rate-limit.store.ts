@@ -1,7 +1,12 @@
 import { LRUCache } from 'lru-cache';
 import type { AlgorithmStep } from '../algorithms/algorithm.js';
 import { ALGORITHMS } from '../algorithms/algorithms.js';
-import { RateLimitStore, type RateLimitConsumption, type RateLimitHit } from './rate-limit-store.js';
+import {
+  RateLimitStore,
+  type RateLimitConsumption,
+  type RateLimitHit,
+  type RateLimitRefund,
+} from './rate-limit-store.js';
 
 type Step = Pick<AlgorithmStep<unknown>, 'allowed' | 'remaining' | 'resetMs'> & { next?: unknown; blocked?: boolean };
 
@@ -49,7 +54,16 @@ export class MemoryRateLimitStore extends RateLimitStore {
         remaining: steps[i].remaining,
         resetMs: steps[i].resetMs,
       })),
+      receipts: allowed ? hits.map(() => ({ admittedAt: now, nonce: '' })) : undefined,
     });
+  }
+
+  refund(refunds: readonly RateLimitRefund[]): Promise<void> {
+    for (const { hit, receipt } of refunds) {
+      const state = this.states.get(hit.key);
+      if (state) state.value = ALGORITHMS[hit.algorithm].refund(state.value, hit, receipt.admittedAt);
+    }
+    return Promise.resolve();
   }
 
   /** Number of keys held; for tests and diagnostics. */

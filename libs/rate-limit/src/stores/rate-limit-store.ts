@@ -28,12 +28,27 @@ export interface RateLimitDecision {
   resetMs: number;
 }
 
+/** What a store needs to take an admitted hit back. Opaque to callers. */
+export interface RateLimitReceipt {
+  /** The time the hit was admitted at, on the clock that decided it. */
+  readonly admittedAt: number;
+  readonly nonce: string;
+}
+
 /** The decisions for all rules of one request. */
 export interface RateLimitConsumption {
   /** True when every rule admitted, and so every counter moved; false when none moved. */
   allowed: boolean;
   /** One per hit, in order. */
   decisions: RateLimitDecision[];
+  /** One per hit when `allowed`: what `refund` needs. */
+  receipts: RateLimitReceipt[] | undefined;
+}
+
+/** An admitted hit to take back. */
+export interface RateLimitRefund {
+  hit: RateLimitHit;
+  receipt: RateLimitReceipt;
 }
 
 /**
@@ -48,4 +63,9 @@ export abstract class RateLimitStore {
    *   (Redis `TIME`, so app servers with skewed clocks agree).
    */
   abstract consume(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitConsumption>;
+  /**
+   * Takes back the units of admitted hits, as far as their windows still hold them (a window that
+   * has ended stays ended).
+   */
+  abstract refund(refunds: readonly RateLimitRefund[]): Promise<void>;
 }

@@ -1,12 +1,33 @@
 import { randomBytes } from 'node:crypto';
-import { CONSUME_SCRIPT } from '../redis/consume.script.js';
+import { Cluster } from 'ioredis';
+import calculateSlot from 'cluster-key-slot';
+import { CONSUME_SCRIPT, REFUND_SCRIPT } from '../redis/consume.script.js';
 import type { RedisService } from '../redis/redis.service.js';
-import { RateLimitStore, type RateLimitConsumption, type RateLimitHit } from './rate-limit-store.js';
+import {
+  type RateLimitConsumption,
+  type RateLimitDecision,
+  type RateLimitHit,
+  type RateLimitReceipt,
+  type RateLimitRefund,
+  RateLimitStore,
+} from './rate-limit-store.js';
 
 /** Unique per process; with a per-call sequence it makes every request's nonce unique. */
 const PROCESS_NONCE = randomBytes(6).toString('base64url');
 
-/** Counters in Redis, shared by every instance: all rules of a request in one Lua call. */
+interface GroupResult {
+  indices: readonly number[];
+  allowed: boolean;
+  admittedAt: number;
+  decisions: RateLimitDecision[];
+}
+
+/**
+ * Counters in Redis, shared by every instance. All rules of a request go in one Lua call. On
+ * Cluster, a call's keys must share a hash slot: hits are grouped by slot (keys of one identity
+ * always share one), one call per group, and when one group rejects, the groups that admitted are
+ * refunded, so a rejected request still moves no counter.
+ */
 export class RedisRateLimitStore extends RateLimitStore {
   readonly description: string;
   private sequence = 0;
@@ -14,25 +35,96 @@ export class RedisRateLimitStore extends RateLimitStore {
   constructor(private readonly redis: RedisService) {
     super();
     redis.register(CONSUME_SCRIPT);
+    redis.register(REFUND_SCRIPT);
     this.description = `Redis store (${redis.describe()}; shared across instances)`;
   }
 
   async consume(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitConsumption> {
+    const nonce = `${PROCESS_NONCE}${(this.sequence++).toString(36)}`;
+    const groups = this.groupBySlot(hits);
+    const results = await Promise.all(groups.map((indices) => this.consumeGroup(hits, indices, now, nonce)));
+    const allowed = results.every((result) => result.allowed);
+    const decisions: RateLimitDecision[] = new Array(hits.length);
+    const receipts: RateLimitReceipt[] = new Array(hits.length);
+    for (const result of results) {
+      result.indices.forEach((hitIndex, i) => {
+        decisions[hitIndex] = result.decisions[i];
+        receipts[hitIndex] = { admittedAt: result.admittedAt, nonce };
+      });
+    }
+    if (!allowed && results.length > 1) {
+      const admitted = results.filter((result) => result.allowed).flatMap((result) => result.indices);
+      // Best effort: if a refund fails, those counters over-count, which errs on the safe side.
+      await this.refund(admitted.map((i) => ({ hit: hits[i], receipt: receipts[i] }))).catch(() => undefined);
+    }
+    return { allowed, decisions, receipts: allowed ? receipts : undefined };
+  }
+
+  async refund(refunds: readonly RateLimitRefund[]): Promise<void> {
+    // One call per slot and admission (a request's hits share one nonce; slots may differ in time).
+    const byCall = new Map<string, RateLimitRefund[]>();
+    for (const refund of refunds) {
+      const id = `${this.slotOf(refund.hit.key)}|${refund.receipt.admittedAt}|${refund.receipt.nonce}`;
+      const group = byCall.get(id);
+      if (group) group.push(refund);
+      else byCall.set(id, [refund]);
+    }
+    await Promise.all(
+      [...byCall.values()].map((group) => {
+        const { admittedAt, nonce } = group[0].receipt;
+        const args: (string | number)[] = [admittedAt, nonce, group.length];
+        for (const { hit } of group) args.push(hit.algorithm, hit.limit, hit.windowMs, hit.cost, hit.burst);
+        return this.redis.run(
+          REFUND_SCRIPT,
+          group.map(({ hit }) => hit.key),
+          args,
+        );
+      }),
+    );
+  }
+
+  private async consumeGroup(
+    hits: readonly RateLimitHit[],
+    indices: readonly number[],
+    now: number | undefined,
+    nonce: string,
+  ): Promise<GroupResult> {
     const keys: string[] = [];
-    const args: (string | number)[] = [now ?? -1, `${PROCESS_NONCE}${(this.sequence++).toString(36)}`, hits.length];
-    for (const hit of hits) {
+    const args: (string | number)[] = [now ?? -1, nonce, indices.length];
+    for (const i of indices) {
+      const hit = hits[i];
       keys.push(hit.key, hit.blockKey);
       args.push(hit.algorithm, hit.limit, hit.windowMs, hit.cost, hit.burst, hit.blockMs);
     }
     const reply = (await this.redis.run(CONSUME_SCRIPT, keys, args)) as number[];
     return {
+      indices,
       allowed: reply[0] === 1,
-      decisions: hits.map((hit, i) => ({
+      admittedAt: reply[1],
+      decisions: indices.map((hitIndex, i) => ({
         allowed: reply[2 + i * 3] === 1,
-        limit: hit.limit,
+        limit: hits[hitIndex].limit,
         remaining: reply[3 + i * 3],
         resetMs: reply[4 + i * 3],
       })),
     };
+  }
+
+  /** Indices of hits grouped by hash slot; everything in one group on a standalone server. */
+  private groupBySlot(hits: readonly RateLimitHit[]): number[][] {
+    if (hits.length === 1) return [[0]];
+    const bySlot = new Map<number, number[]>();
+    hits.forEach((hit, i) => {
+      const slot = this.slotOf(hit.key);
+      const group = bySlot.get(slot);
+      if (group) group.push(i);
+      else bySlot.set(slot, [i]);
+    });
+    return [...bySlot.values()];
+  }
+
+  /** The routing of every key the store writes, reads or refunds: one function, one answer. */
+  private slotOf(key: string): number {
+    return this.redis.client instanceof Cluster ? calculateSlot(key) : 0;
   }
 }

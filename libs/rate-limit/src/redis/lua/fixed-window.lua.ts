@@ -20,5 +20,12 @@ ALG['fixed-window'] = {
     redis.call('HSET', key, 's', fmt(s.start), 'c', fmt(s.count))
     redis.call('PEXPIRE', key, s.ttl + GRACE_MS)
   end,
+  refund = function(key, at, p)
+    local st = redis.call('HMGET', key, 's', 'c')
+    local start, count = tonumber(st[1]), tonumber(st[2])
+    if start and count and at >= start and at < start + p.window then
+      redis.call('HSET', key, 'c', fmt(math.max(0, count - p.cost)))
+    end
+  end,
 }
 `;

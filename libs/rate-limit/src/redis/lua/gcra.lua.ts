@@ -18,5 +18,9 @@ ALG['gcra'] = {
   commit = function(key, now, p, s)
     redis.call('SET', key, fmt(s.tat), 'PX', s.ttl + GRACE_MS)
   end,
+  refund = function(key, at, p)
+    local tat = tonumber(redis.call('GET', key))
+    if tat then redis.call('SET', key, fmt(tat - p.cost * (p.window / p.limit)), 'KEEPTTL') end
+  end,
 }
 `;

@@ -32,5 +32,15 @@ ALG['sliding-log'] = {
     end
     redis.call('PEXPIRE', key, s.ttl + GRACE_MS)
   end,
+  refund = function(key, at, p, nonce)
+    local members = {}
+    for n = 1, p.cost do
+      members[#members + 1] = at .. ':' .. nonce .. ':' .. n
+      if #members >= 100 or n == p.cost then
+        redis.call('ZREM', key, unpack(members))
+        members = {}
+      end
+    end
+  end,
 }
 `;

@@ -40,5 +40,13 @@ ALG['sliding-window'] = {
     redis.call('HSET', key, 'i', fmt(s.index), 'c', fmt(s.current), 'p', fmt(s.previous))
     redis.call('PEXPIRE', key, s.ttl + GRACE_MS)
   end,
+  refund = function(key, at, p)
+    local index = math.floor(at / p.window)
+    local st = redis.call('HMGET', key, 'i', 'c', 'p')
+    local si, sc, sp = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
+    if not (si and sc and sp) then return end
+    if si == index then redis.call('HSET', key, 'c', fmt(math.max(0, sc - p.cost)))
+    elseif si == index + 1 then redis.call('HSET', key, 'p', fmt(math.max(0, sp - p.cost))) end
+  end,
 }
 `;

@@ -26,5 +26,9 @@ ALG['token-bucket'] = {
     redis.call('HSET', key, 't', fmt(s.tokens), 'r', fmt(s.refilledAt))
     redis.call('PEXPIRE', key, s.ttl + GRACE_MS)
   end,
+  refund = function(key, at, p)
+    local tokens = tonumber(redis.call('HGET', key, 't'))
+    if tokens then redis.call('HSET', key, 't', fmt(math.min(p.burst, tokens + p.cost))) end
+  end,
 }
 `;
