@@ -11,6 +11,7 @@ export type {
   RateLimitBy,
   RateLimitIdentityResolver,
   RateLimitCost,
+  RateLimitCountOn,
 } from './rules/rate-limit-rule.js';
 export { RateLimitConfigurationError } from './rules/rate-limit-rule.js';
 export type { Duration } from './rules/duration.js';

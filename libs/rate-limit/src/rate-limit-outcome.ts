@@ -1,5 +1,5 @@
 import type { RateLimitRule } from './rules/rate-limit-rule.js';
-import type { RateLimitDecision } from './stores/rate-limit-store.js';
+import type { RateLimitDecision, RateLimitRefund } from './stores/rate-limit-store.js';
 
 /** One rule's decision for one request. */
 export interface RuleDecision extends RateLimitDecision {
@@ -15,6 +15,14 @@ export interface RateLimitOutcome {
   /** The decision that sets the headers: the rejecting rule with the longest wait, else the tightest rule. */
   reported: RuleDecision | undefined;
   allowed: boolean;
+  /** Admitted units of rules with `countOn` other than `'all'`, to refund when the response ends. */
+  conditional: readonly ConditionalUnits[];
+}
+
+/** Units that stay counted only if the response ends as `countOn` says. */
+export interface ConditionalUnits {
+  countOn: 'success' | 'failure';
+  refund: RateLimitRefund;
 }
 
 const OUTCOME = Symbol('rate-limit:outcome');

@@ -10,7 +10,7 @@ import { clientAddressIdentity } from './client-address.js';
 import { RateLimitConfigCentre } from './config-centre/rate-limit-config-centre.js';
 import { RuleThresholds, type Thresholds } from './config-centre/rule-thresholds.js';
 import { SampledLogger } from './logging/sampled-logger.js';
-import type { RateLimitOutcome, RuleDecision } from './rate-limit-outcome.js';
+import type { ConditionalUnits, RateLimitOutcome, RuleDecision } from './rate-limit-outcome.js';
 import { ANONYMOUS_IDENTITY, rateLimitKeys } from './rate-limit-key.js';
 import { DEFAULT_LOG_MAX_TRACKED } from './rate-limit.constants.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from './rate-limit.options.js';
@@ -104,7 +104,32 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         }
       }
     }
-    return outcome(decisions, consumption.allowed);
+    const conditional: ConditionalUnits[] = [];
+    if (consumption.receipts) {
+      prepared.forEach(({ rule, hit }, i) => {
+        if (rule.countOn !== 'all') {
+          conditional.push({ countOn: rule.countOn, refund: { hit, receipt: consumption.receipts![i] } });
+        }
+      });
+    }
+    return outcome(decisions, consumption.allowed, conditional);
+  }
+
+  /**
+   * Ends an admitted request: refunds the units of rules whose `countOn` the response did not meet.
+   * Never throws; a failed refund leaves the request counted (the safe side) and is logged.
+   */
+  async settle(settled: RateLimitOutcome, succeeded: boolean): Promise<void> {
+    const refunds = settled.conditional
+      .filter(({ countOn }) => (countOn === 'success') !== succeeded)
+      .map(({ refund }) => refund);
+    if (refunds.length === 0) return;
+    try {
+      await this.store.refund(refunds);
+    } catch (error) {
+      const reason = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+      this.storeErrors.record(`refund:${reason}`, `Refund failed (${reason}); those requests stay counted`);
+    }
   }
 
   private async prepare(rule: RateLimitRule, context: ExecutionContext): Promise<PreparedRule> {
@@ -187,12 +212,16 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       identity: identity ?? ANONYMOUS_IDENTITY,
       fallback: true,
     }));
-    return outcome(decisions, allowed);
+    return outcome(decisions, allowed, []);
   }
 }
 
 /** Picks the decision the headers report: the rejecting rule with the longest wait, else the tightest rule. */
-function outcome(decisions: readonly RuleDecision[], allowed: boolean): RateLimitOutcome {
+function outcome(
+  decisions: readonly RuleDecision[],
+  allowed: boolean,
+  conditional: readonly ConditionalUnits[],
+): RateLimitOutcome {
   let reported: RuleDecision | undefined;
   for (const decision of decisions) {
     if (decision.fallback && allowed) continue;
@@ -202,7 +231,7 @@ function outcome(decisions: readonly RuleDecision[], allowed: boolean): RateLimi
       reported = decision;
     }
   }
-  return { decisions, reported, allowed };
+  return { decisions, reported, allowed, conditional };
 }
 
 function tighter(a: RuleDecision, b: RuleDecision): boolean {

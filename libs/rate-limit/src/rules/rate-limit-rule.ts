@@ -41,7 +41,16 @@ export interface RateLimitOptions {
   cost?: RateLimitCost;
   /** Once the rule rejects an identity, keep rejecting it for this long (a penalty). */
   blockFor?: Duration;
+  /**
+   * Which requests stay counted: `'all'` (default), `'success'` (the response's status is below
+   * 400) or `'failure'` (400 or above, or the response never finished: a thrown handler, a timeout,
+   * a broken stream). The others are refunded when the response ends; needs `RateLimitInterceptor`.
+   */
+  countOn?: RateLimitCountOn;
 }
+
+export type RateLimitCountOn = 'all' | 'success' | 'failure';
+const COUNT_ON: readonly RateLimitCountOn[] = ['all', 'success', 'failure'];
 
 /** A rule after validation at bootstrap, as the guard uses it on every request. */
 export interface RateLimitRule {
@@ -58,6 +67,7 @@ export interface RateLimitRule {
   readonly cost: RateLimitCost;
   /** 0: no penalty. */
   readonly blockMs: number;
+  readonly countOn: RateLimitCountOn;
 }
 
 /** Thrown at bootstrap for a rule that cannot work; the message names the route and the field. */
@@ -129,7 +139,9 @@ export function validateRule(options: RateLimitOptions, declaredOn: string, defa
   if (options.blockFor !== undefined) {
     blockMs = parseDuration(options.blockFor) ?? fail('blockFor', 'must be a positive duration', options.blockFor);
   }
-  return { name, declaredOn, count: count!, windowMs: windowMs!, configKey, by, algorithm, burst, cost, blockMs };
+  const countOn = options.countOn ?? 'all';
+  if (!COUNT_ON.includes(countOn)) fail('countOn', `must be one of ${COUNT_ON.join(', ')}`, countOn);
+  return { name, declaredOn, count: count!, windowMs: windowMs!, configKey, by, algorithm, burst, cost, blockMs, countOn };
 }
 
 function describe(value: unknown): string {

@@ -1,0 +1,122 @@
+import {
+  Controller,
+  type ExecutionContext,
+  Get,
+  type INestApplication,
+  type NestInterceptor,
+  type CallHandler,
+  RequestTimeoutException,
+  Res,
+  UnauthorizedException,
+  UseInterceptors,
+  Injectable,
+  Query,
+} from '@nestjs/common';
+import type { ServerResponse } from 'node:http';
+import { type Observable, TimeoutError, catchError, throwError, timeout } from 'rxjs';
+import request from 'supertest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RateLimit } from '@app/rate-limit';
+import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { PLATFORMS, createTestApp, uniquePrefix } from '../support/test-app.js';
+
+/** Turns a handler slower than 50 ms into a 408, as a timeout interceptor in an app would. */
+@Injectable()
+class TimeoutInterceptor implements NestInterceptor {
+  intercept(_context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    return next.handle().pipe(
+      timeout(50),
+      catchError((error: unknown) =>
+        throwError(() => (error instanceof TimeoutError ? new RequestTimeoutException() : error)),
+      ),
+    );
+  }
+}
+
+@Controller('count-on')
+class CountOnController {
+  /** A login: only failed attempts count toward the lockout. */
+  @Get('login')
+  @RateLimit({ count: 2, window: '1h', countOn: 'failure' })
+  login(@Query('password') password: string) {
+    if (password !== 'right') throw new UnauthorizedException();
+    return { ok: true };
+  }
+
+  /** Only work that succeeded counts. */
+  @Get('work')
+  @RateLimit({ count: 2, window: '1h', countOn: 'success' })
+  @UseInterceptors(TimeoutInterceptor)
+  async work(@Query('outcome') outcome: string) {
+    if (outcome === 'throw') throw new Error('handler failed');
+    if (outcome === 'hang') await new Promise(() => undefined);
+    return { ok: true };
+  }
+
+  /** A response whose stream breaks part-way. */
+  @Get('stream')
+  @RateLimit({ count: 1, window: '1h', countOn: 'success' })
+  stream(@Res() response: ServerResponse | { raw: ServerResponse }, @Query('complete') complete?: string) {
+    const raw = 'raw' in response ? response.raw : response;
+    raw.writeHead(200, { 'content-type': 'text/plain' });
+    if (complete !== undefined) {
+      raw.end('whole');
+      return;
+    }
+    raw.write('partial');
+    raw.destroy();
+  }
+}
+
+let server: RedisServer | undefined;
+const matrix = [
+  { store: 'Redis', url: async () => (server ??= await startRedisServer()).url },
+  { store: 'memory', url: () => Promise.resolve(undefined) },
+].flatMap((store) => PLATFORMS.map((platform) => ({ ...store, platform })));
+
+describe.each(matrix)('countOn refunds: $store store, $platform', ({ url, platform }) => {
+  let app: INestApplication;
+
+  beforeAll(async () => {
+    app = await createTestApp({
+      platform,
+      controllers: [CountOnController],
+      rateLimit: { redis: await url(), keyPrefix: uniquePrefix() },
+    });
+  });
+
+  afterAll(async () => {
+    await app?.close();
+    await server?.stop();
+    server = undefined;
+  });
+
+  it("'failure': successful requests are refunded, failed ones count", async () => {
+    const http = request(app.getHttpServer());
+    for (let i = 0; i < 5; i += 1) await http.get('/count-on/login').query({ password: 'right' }).expect(200);
+    await http.get('/count-on/login').query({ password: 'wrong' }).expect(401);
+    await http.get('/count-on/login').query({ password: 'wrong' }).expect(401);
+    await http.get('/count-on/login').query({ password: 'right' }).expect(429);
+  });
+
+  it("'success': requests whose handler throws or times out are refunded", async () => {
+    const http = request(app.getHttpServer());
+    for (let i = 0; i < 3; i += 1) {
+      await http.get('/count-on/work').query({ outcome: 'throw' }).expect(500);
+      await http.get('/count-on/work').query({ outcome: 'hang' }).expect(408);
+    }
+    await http.get('/count-on/work').expect(200);
+    await http.get('/count-on/work').expect(200);
+    await http.get('/count-on/work').expect(429);
+  });
+
+  it("'success': a response whose stream breaks is refunded", async () => {
+    const http = request(app.getHttpServer());
+    for (let i = 0; i < 3; i += 1) {
+      await expect(http.get('/count-on/stream')).rejects.toThrow();
+    }
+    // The one unit is still there: none of the broken responses counted.
+    await http.get('/count-on/stream').query({ complete: '' }).expect(200);
+    await http.get('/count-on/stream').query({ complete: '' }).expect(429);
+  });
+});
