@@ -134,3 +134,61 @@ async function launch(binary: string, port: number, extraArgs: readonly string[]
     },
   };
 }
+
+/** A Redis Cluster of masters this test file started: each a redis-server on its own port. */
+export interface RedisCluster {
+  readonly nodes: readonly RedisServer[];
+  /** `{ host, port }` of every node, for `new Cluster(...)` or `redis: { cluster }`. */
+  readonly startupNodes: { host: string; port: number }[];
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts `masters` cluster-enabled redis-servers, gives each an even share of the 16384 slots,
+ * joins them, and resolves once every node reports `cluster_state:ok`.
+ */
+export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
+  const nodes = await Promise.all(
+    Array.from({ length: masters }, () =>
+      startRedisServer([
+        '--cluster-enabled',
+        'yes',
+        '--cluster-config-file',
+        'nodes.conf',
+        '--cluster-node-timeout',
+        '2000',
+      ]),
+    ),
+  );
+  const stop = async () => {
+    await Promise.all(nodes.map((node) => node.stop()));
+  };
+  try {
+    const clients = nodes.map((node) => node.client());
+    const share = Math.ceil(16384 / masters);
+    await Promise.all(
+      clients.map((client, i) =>
+        client.call('CLUSTER', 'ADDSLOTSRANGE', String(i * share), String(Math.min(16383, (i + 1) * share - 1))),
+      ),
+    );
+    await Promise.all(nodes.slice(1).map((node) => clients[0].call('CLUSTER', 'MEET', '127.0.0.1', String(node.port))));
+    // Gossip settles in well under a second; poll a bounded number of times.
+    for (let attempt = 0; ; attempt += 1) {
+      const states = await Promise.all(clients.map((client) => client.call('CLUSTER', 'INFO') as Promise<string>));
+      const known = await Promise.all(clients.map((client) => client.call('CLUSTER', 'NODES') as Promise<string>));
+      const ready = states.every((info) => info.includes('cluster_state:ok'));
+      const joined = known.every((list) => list.trim().split('\n').length === masters);
+      if (ready && joined) break;
+      if (attempt >= 200) throw new Error(`cluster not ready after ${attempt} checks:\n${states.join('\n')}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  return {
+    nodes,
+    startupNodes: nodes.map((node) => ({ host: '127.0.0.1', port: node.port })),
+    stop,
+  };
+}

@@ -1,5 +1,5 @@
 import type { Type } from '@nestjs/common';
-import type { Cluster, Redis, RedisOptions } from 'ioredis';
+import type { Cluster, ClusterNode, ClusterOptions, Redis, RedisOptions } from 'ioredis';
 import type { RateLimitConfigCentre } from './config-centre/rate-limit-config-centre.js';
 import type { SampledLogLevel } from './logging/sampled-logger.js';
 import {
@@ -15,9 +15,14 @@ import { RateLimitConfigurationError } from './rules/rate-limit-rule.js';
  * How to reach Redis:
  * - a URL: `'redis://:password@host:6379/0'`;
  * - ioredis options, optionally with `url`: `{ url, connectTimeout: 2000 }`, `{ host, port }`;
+ * - a Cluster: `{ cluster: [{ host, port }, ...], options?: ClusterOptions }`;
  * - your own client: `{ client }`. The library then never closes it and defines no commands on it.
  */
-export type RateLimitRedisOptions = string | { client: Redis | Cluster } | (RedisOptions & { url?: string });
+export type RateLimitRedisOptions =
+  | string
+  | { client: Redis | Cluster }
+  | { cluster: ClusterNode[]; options?: ClusterOptions }
+  | (RedisOptions & { url?: string });
 
 export interface RateLimitLoggingOptions {
   /** At most one rejection line per rule and identity per interval. Default 10 s. */

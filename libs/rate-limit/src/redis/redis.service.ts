@@ -54,6 +54,15 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     } else if ('client' in given) {
       this.redis = given.client;
       this.ownsClient = false;
+    } else if ('cluster' in given) {
+      const { lazyConnect, enableOfflineQueue, ...perNode } = OWN_CLIENT_DEFAULTS;
+      this.redis = new Cluster(given.cluster, {
+        lazyConnect,
+        enableOfflineQueue,
+        ...given.options,
+        redisOptions: { ...perNode, ...given.options?.redisOptions },
+      });
+      this.ownsClient = true;
     } else {
       const { url, ...redisOptions } = given;
       const merged = { ...OWN_CLIENT_DEFAULTS, ...redisOptions };
@@ -104,13 +113,20 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
 
   /** Connects once every module is initialised, so an app whose bootstrap fails leaves no socket open. */
   async onApplicationBootstrap(): Promise<void> {
-    if (!this.redis || !this.ownsClient || this.redis.status !== 'wait') return;
-    try {
-      await this.redis.connect();
-    } catch (error) {
-      // Not fatal: the client keeps reconnecting, and until it is back requests follow onStoreError.
-      this.logger.error(`Redis (${this.describe()}) is not reachable yet: ${String(error)}`);
+    if (!this.redis) return;
+    if (this.ownsClient && this.redis.status === 'wait') {
+      try {
+        await this.redis.connect();
+      } catch (error) {
+        // Not fatal: the client keeps reconnecting, and until it is back requests follow onStoreError.
+        this.logger.error(`Redis (${this.describe()}) is not reachable yet: ${String(error)}`);
+        return;
+      }
     }
+    // Before the first request: loads the scripts and, on Cluster, opens the connection to every
+    // master (a first command on a node not yet connected waits out a 100 ms retry).
+    if (this.redis.status === 'ready')
+      await withDeadline(this.loadScripts(), 2_000, 'SCRIPT LOAD').catch(() => undefined);
   }
 
   async onApplicationShutdown(): Promise<void> {

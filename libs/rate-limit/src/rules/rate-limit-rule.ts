@@ -141,7 +141,19 @@ export function validateRule(options: RateLimitOptions, declaredOn: string, defa
   }
   const countOn = options.countOn ?? 'all';
   if (!COUNT_ON.includes(countOn)) fail('countOn', `must be one of ${COUNT_ON.join(', ')}`, countOn);
-  return { name, declaredOn, count: count!, windowMs: windowMs!, configKey, by, algorithm, burst, cost, blockMs, countOn };
+  return {
+    name,
+    declaredOn,
+    count: count!,
+    windowMs: windowMs!,
+    configKey,
+    by,
+    algorithm,
+    burst,
+    cost,
+    blockMs,
+    countOn,
+  };
 }
 
 function describe(value: unknown): string {

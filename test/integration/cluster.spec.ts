@@ -1,0 +1,129 @@
+import { Controller, type ExecutionContext, Get, type INestApplication } from '@nestjs/common';
+import { Cluster } from 'ioredis';
+import request from 'supertest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RateLimit, type RateLimitHit, type RateLimitStore } from '@app/rate-limit';
+import { type RedisCluster, startRedisCluster } from '../support/redis-server.js';
+import { createStore, hit } from '../support/store-module.js';
+import { createTestApp, uniquePrefix } from '../support/test-app.js';
+import { LogCapture } from '../support/log-capture.js';
+
+const byUser = (context: ExecutionContext) =>
+  context.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers['x-user'];
+
+@Controller('cluster')
+@RateLimit({ name: 'route', count: 1_000, window: '1m', by: 'global' })
+class ClusterController {
+  @Get()
+  @RateLimit({ name: 'user', count: 3, window: '1m', by: byUser })
+  get() {
+    return {};
+  }
+}
+
+describe('on a 3-master Redis Cluster', () => {
+  let cluster: RedisCluster;
+  let reader: Cluster;
+
+  beforeAll(async () => {
+    cluster = await startRedisCluster(3);
+    reader = new Cluster(cluster.startupNodes);
+  });
+
+  afterAll(async () => {
+    reader?.disconnect();
+    await cluster?.stop();
+  });
+
+  it('keeps limits exact across slots with three app instances, and the route counter equals the admitted', async () => {
+    const logs = new LogCapture();
+    const prefix = uniquePrefix();
+    const apps: INestApplication[] = await Promise.all(
+      [1, 2, 3].map(() =>
+        createTestApp({
+          controllers: [ClusterController],
+          rateLimit: { redis: { cluster: cluster.startupNodes }, keyPrefix: prefix },
+          logger: logs,
+        }),
+      ),
+    );
+    try {
+      const servers = apps.map((app) => app.getHttpServer());
+      let admitted = 0;
+      for (let user = 0; user < 10; user += 1) {
+        const statuses = await Promise.all(
+          Array.from({ length: 20 }, (_, i) =>
+            request(servers[i % 3])
+              .get('/cluster')
+              .set('x-user', `u${user}`)
+              .then((r) => r.status),
+          ),
+        );
+        expect(statuses.filter((s) => s === 200)).toHaveLength(3);
+        admitted += 3;
+        expect(await reader.hget(`${prefix}:{u${user}}:user:fw`, 'c')).toBe('3');
+      }
+      // The route rule lives in another slot; rejected requests were refunded there.
+      expect(await reader.hget(`${prefix}:{global}:route:fw`, 'c')).toBe(String(admitted));
+      // Every decision came from Redis: no store error made the fallback decide.
+      expect(logs.at('error')).toEqual([]);
+    } finally {
+      await Promise.all(apps.map((app) => app.close()));
+    }
+  });
+
+  describe('the store', () => {
+    let store: RateLimitStore;
+    let close: () => Promise<void>;
+
+    beforeAll(async () => {
+      ({ store, close } = await createStore({ redis: { cluster: cluster.startupNodes } }));
+    });
+
+    afterAll(() => close?.());
+
+    it('decides rules of one identity in one call, and moves no counter when another slot rejects', async () => {
+      const prefix = uniquePrefix();
+      const keys = { a: `${prefix}:{alice}:a:fw`, b: `${prefix}:{bob}:b:fw`, c: `${prefix}:{carol}:c:sl` };
+      const slots = await Promise.all(Object.values(keys).map((key) => reader.cluster('KEYSLOT', key)));
+      expect(new Set(slots).size).toBe(3);
+      const hits: RateLimitHit[] = [
+        hit(keys.a, { limit: 5, windowMs: 60_000 }),
+        hit(keys.b, { limit: 1, windowMs: 60_000 }),
+        hit(keys.c, { limit: 5, windowMs: 60_000, algorithm: 'sliding-log' }),
+      ];
+      const first = await store.consume(hits);
+      expect(first.allowed).toBe(true);
+      const second = await store.consume(hits);
+      expect(second.allowed).toBe(false);
+      expect(second.decisions.map((d) => d.allowed)).toEqual([true, false, true]);
+      // The slots that admitted were refunded: every counter is where the first request left it.
+      expect(await reader.hget(keys.a, 'c')).toBe('1');
+      expect(await reader.hget(keys.b, 'c')).toBe('1');
+      expect(await reader.zcard(keys.c)).toBe(1);
+    });
+
+    it('places every key of an identity in the slot of its tag, whatever the client sent', async () => {
+      const prefix = uniquePrefix();
+      const app = await createTestApp({
+        controllers: [ClusterController],
+        rateLimit: { redis: { cluster: cluster.startupNodes }, keyPrefix: prefix },
+      });
+      try {
+        for (const identity of ['{evil}', 'x{global}y', 'plain', '}{']) {
+          await request(app.getHttpServer()).get('/cluster').set('x-user', identity).expect(200);
+        }
+        const keys = (await Promise.all(cluster.nodes.map((node) => node.client().keys(`${prefix}:*`)))).flat();
+        expect(keys).toHaveLength(5);
+        for (const key of keys) {
+          const tag = /\{([^}]*)\}/.exec(key)![1];
+          expect(tag).not.toMatch(/[{}]/);
+          expect(await reader.cluster('KEYSLOT', key)).toBe(await reader.cluster('KEYSLOT', tag));
+        }
+        expect(keys.filter((key) => key.includes('{global}'))).toEqual([`${prefix}:{global}:route:fw`]);
+      } finally {
+        await app.close();
+      }
+    });
+  });
+});
