@@ -172,6 +172,7 @@ describe.each(matrix)('rate limiting over HTTP: $name store, $platform', (store)
     expect(both.headers['ratelimit-limit']).toBe('3');
     expect(Number(both.headers['retry-after'])).toBeGreaterThan(50);
     expect(both.body.retryAfter).toBe(Number(both.headers['retry-after']));
+    expect(both.body.message).toContain("'multi-minute'");
   });
 });
 

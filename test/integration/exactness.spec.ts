@@ -18,6 +18,16 @@ class ExactController {
   }
 }
 
+@Controller('shared')
+@RateLimit({ name: 'route', count: 25, window: '1m', by: 'global' })
+class SharedRouteController {
+  @Get()
+  @RateLimit({ name: 'user', count: 4, window: '1m', by: byUser, algorithm: 'sliding-log' })
+  get() {
+    return { ok: true };
+  }
+}
+
 describe('exactness across instances sharing one Redis', () => {
   let server: RedisServer;
   let redis: Redis;
@@ -29,7 +39,10 @@ describe('exactness across instances sharing one Redis', () => {
     redis = server.client();
     apps = await Promise.all(
       [1, 2, 3].map(() =>
-        createTestApp({ controllers: [ExactController], rateLimit: { redis: server.url, keyPrefix: prefix } }),
+        createTestApp({
+          controllers: [ExactController, SharedRouteController],
+          rateLimit: { redis: server.url, keyPrefix: prefix },
+        }),
       ),
     );
   });
@@ -53,6 +66,28 @@ describe('exactness across instances sharing one Redis', () => {
       expect(statuses.filter((status) => status === 200)).toHaveLength(3);
       expect(statuses.filter((status) => status === 429)).toHaveLength(37);
       expect(await redis.hget(`${prefix}:{user-${user}}:exact:fw`, 'c')).toBe('3');
+    }
+  });
+
+  it('decides a route rule and per-user rules atomically under 200 concurrent requests', async () => {
+    const servers = apps.map((app) => app.getHttpServer());
+    const users = Array.from({ length: 10 }, (_, i) => `shared-${i}`);
+    const responses = await Promise.all(
+      Array.from({ length: 200 }, (_, i) =>
+        request(servers[i % 3])
+          .get('/shared')
+          .set('x-user', users[i % users.length])
+          .then((r) => ({ status: r.status, user: users[i % users.length] })),
+      ),
+    );
+    const admitted = responses.filter((r) => r.status === 200);
+    // 10 users x 4 would be 40; the route admits 25 in all.
+    expect(admitted).toHaveLength(25);
+    expect(await redis.hget(`${prefix}:{global}:route:fw`, 'c')).toBe('25');
+    for (const user of users) {
+      const count = await redis.zcard(`${prefix}:{${user}}:user:sl`);
+      expect(count).toBe(admitted.filter((r) => r.user === user).length);
+      expect(count).toBeLessThanOrEqual(4);
     }
   });
 });

@@ -19,7 +19,7 @@ export class RateLimitException extends HttpException {
     readonly retryAfterSeconds: number,
     /** Name of the rule that rejected the request. */
     readonly ruleName: string,
-    message = 'Too many requests, please retry later',
+    message = `Too many requests (rate limit '${ruleName}'); retry in ${retryAfterSeconds} s`,
   ) {
     const body: RateLimitExceptionBody = {
       statusCode: HttpStatus.TOO_MANY_REQUESTS,
