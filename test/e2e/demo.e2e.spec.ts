@@ -96,4 +96,38 @@ describe.each(['Redis', 'embedded'])('the demo app’s documented endpoints (%s 
     await start();
     expect(await statuses(app, '/health', 30)).toEqual(repeat(200, 30));
   });
+
+  it.each([
+    ['fixed-window', 5],
+    ['sliding-window', 5],
+    ['sliding-log', 5],
+    ['token-bucket', 5],
+    ['gcra', 2],
+  ])('GET /algorithms/%s: admits %d at once, then 429', async (algorithm, admitted) => {
+    await start();
+    expect(await statuses(app, `/algorithms/${algorithm}`, admitted + 1)).toEqual([...repeat(200, admitted), 429]);
+  });
+
+  it('GET /multi: three rules decided together; the client rule rejects the sixth', async () => {
+    await start();
+    expect(await statuses(app, '/multi', 5)).toEqual(repeat(200, 5));
+    const rejected = await request(app.getHttpServer()).get('/multi').expect(429);
+    expect(rejected.body.message).toContain("'multi-client'");
+  });
+
+  it('GET /login: only failures count; after three, the client is locked out for 5 minutes', async () => {
+    await start();
+    expect(await statuses(app, '/login?password=demo', 5)).toEqual(repeat(200, 5));
+    expect(await statuses(app, '/login?password=nope', 3)).toEqual(repeat(401, 3));
+    const locked = await request(app.getHttpServer()).get('/login?password=nope').expect(429);
+    expect(Number(locked.headers['retry-after'])).toBeGreaterThan(290);
+    await request(app.getHttpServer()).get('/login?password=demo').expect(429);
+  });
+
+  it('GET /upload: a request costs its ?mb= size, 10 MB per minute', async () => {
+    await start();
+    await request(app.getHttpServer()).get('/upload?mb=6').expect(200);
+    await request(app.getHttpServer()).get('/upload?mb=6').expect(429);
+    await request(app.getHttpServer()).get('/upload?mb=4').expect(200);
+  });
 });

@@ -1,6 +1,8 @@
 import { Module } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
 import { RateLimitModule } from '@app/rate-limit';
+import { AlgorithmsController } from './algorithms.controller.js';
+import { FeaturesController } from './features.controller.js';
 import { HealthController } from './health.controller.js';
 import { LimitsController } from './limits.controller.js';
 import { OrdersController } from './orders.controller.js';
@@ -17,6 +19,6 @@ import { OrdersController } from './orders.controller.js';
       }),
     }),
   ],
-  controllers: [LimitsController, OrdersController, HealthController],
+  controllers: [LimitsController, OrdersController, AlgorithmsController, FeaturesController, HealthController],
 })
 export class AppModule {}
