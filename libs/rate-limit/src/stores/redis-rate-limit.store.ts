@@ -44,8 +44,8 @@ export class RedisRateLimitStore extends RateLimitStore {
     const groups = this.groupBySlot(hits);
     const results = await Promise.all(groups.map((indices) => this.consumeGroup(hits, indices, now, nonce)));
     const allowed = results.every((result) => result.allowed);
-    const decisions: RateLimitDecision[] = new Array(hits.length);
-    const receipts: RateLimitReceipt[] = new Array(hits.length);
+    const decisions: RateLimitDecision[] = [];
+    const receipts: RateLimitReceipt[] = [];
     for (const result of results) {
       result.indices.forEach((hitIndex, i) => {
         decisions[hitIndex] = result.decisions[i];
