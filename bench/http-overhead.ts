@@ -11,10 +11,9 @@
  * It also reads Redis's INFO commandstats to show the round trips per request.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { createServer } from 'node:net';
 import autocannon from 'autocannon';
 import { Redis } from 'ioredis';
-import { startRedisServer } from '../test/support/redis-server.js';
+import { freePort, startRedisServer } from '../test/support/redis-server.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
@@ -102,17 +101,6 @@ async function startDemo(env: Record<string, string>): Promise<{ url: string; st
         child.kill('SIGTERM');
       }),
   };
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 await main();
