@@ -11,12 +11,14 @@ import {
   UseInterceptors,
   Injectable,
   Query,
+  type CanActivate,
+  UseGuards,
 } from '@nestjs/common';
 import type { ServerResponse } from 'node:http';
 import { type Observable, TimeoutError, catchError, throwError, timeout } from 'rxjs';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RateLimit } from '@app/rate-limit';
+import { RateLimit, RateLimitInterceptor } from '@app/rate-limit';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { PLATFORMS, createTestApp, uniquePrefix } from '../support/test-app.js';
 
@@ -33,8 +35,33 @@ class TimeoutInterceptor implements NestInterceptor {
   }
 }
 
+/** A guard that runs after the rate-limit guard and refuses requests with `?deny`. */
+@Injectable()
+class DenyGuard implements CanActivate {
+  canActivate(context: ExecutionContext): boolean {
+    return !('deny' in context.switchToHttp().getRequest<{ query: object }>().query);
+  }
+}
+
 @Controller('count-on')
 class CountOnController {
+  /** The interceptor twice: globally and here. Refunds must still happen once. */
+  @Get('twice')
+  @RateLimit({ count: 2, window: '1h', countOn: 'failure' })
+  @UseInterceptors(RateLimitInterceptor)
+  twice(@Query('password') password: string) {
+    if (password !== 'right') throw new UnauthorizedException();
+    return { ok: true };
+  }
+
+  /** A later guard refuses some requests: they never reach interceptors or the handler. */
+  @Get('guarded')
+  @RateLimit({ count: 2, window: '1h', countOn: 'success' })
+  @UseGuards(DenyGuard)
+  guarded() {
+    return { ok: true };
+  }
+
   /** A login: only failed attempts count toward the lockout. */
   @Get('login')
   @RateLimit({ count: 2, window: '1h', countOn: 'failure' })
@@ -108,6 +135,22 @@ describe.each(matrix)('countOn refunds: $store store, $platform', ({ url, platfo
     await http.get('/count-on/work').expect(200);
     await http.get('/count-on/work').expect(200);
     await http.get('/count-on/work').expect(429);
+  });
+
+  it('refunds once when the interceptor is registered twice', async () => {
+    const http = request(app.getHttpServer());
+    await http.get('/count-on/twice').query({ password: 'wrong' }).expect(401);
+    for (let i = 0; i < 3; i += 1) await http.get('/count-on/twice').query({ password: 'right' }).expect(200);
+    await http.get('/count-on/twice').query({ password: 'wrong' }).expect(401);
+    await http.get('/count-on/twice').query({ password: 'right' }).expect(429);
+  });
+
+  it("'success': requests a later guard refuses are refunded", async () => {
+    const http = request(app.getHttpServer());
+    for (let i = 0; i < 3; i += 1) await http.get('/count-on/guarded').query({ deny: '' }).expect(403);
+    await http.get('/count-on/guarded').expect(200);
+    await http.get('/count-on/guarded').expect(200);
+    await http.get('/count-on/guarded').expect(429);
   });
 
   it("'success': a response whose stream breaks is refunded", async () => {

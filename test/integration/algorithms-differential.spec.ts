@@ -29,11 +29,22 @@ const rule = (algorithm: fc.Arbitrary<RateLimitAlgorithmName>): fc.Arbitrary<Rul
     blockMs: fc.constantFrom(0, 0, 0, 500, 3_000),
   });
 
-/** Requests: gaps on a fake clock (bursts, idles across several windows) and costs. */
+/**
+ * Requests: gaps on a fake clock (bursts, idles across several windows, now and then a clock that
+ * goes back or reads a fraction of a millisecond), costs (0 included), and windows that change
+ * between requests as a config centre may change them.
+ */
 const traffic = fc.array(
   fc.record({
-    gapMs: fc.oneof(fc.integer({ min: 0, max: 40 }), fc.integer({ min: 0, max: 4_000 }), fc.constant(0)),
-    cost: fc.oneof(fc.constant(1), fc.integer({ min: 1, max: 4 })),
+    gapMs: fc.oneof(
+      fc.integer({ min: 0, max: 40 }),
+      fc.integer({ min: 0, max: 4_000 }),
+      fc.constant(0),
+      fc.integer({ min: -1_500, max: -1 }),
+      fc.double({ min: 0, max: 50, noNaN: true }),
+    ),
+    cost: fc.oneof(fc.constant(1), fc.integer({ min: 0, max: 4 })),
+    windowScale: fc.constantFrom(1, 1, 1, 1, 2, 0.5),
     /** Refund this request (if admitted) that many requests later; -1: never. */
     refundAfter: fc.oneof(fc.constant(-1), fc.constant(-1), fc.integer({ min: 0, max: 5 })),
   }),
@@ -60,24 +71,32 @@ describe('Redis scripts and the embedded store decide and refund alike (property
 
   async function replay(
     rules: RuleShape[],
-    requests: { gapMs: number; cost: number; refundAfter: number }[],
+    requests: { gapMs: number; cost: number; refundAfter: number; windowScale: number }[],
     t0: number,
   ): Promise<void> {
     const identity = uniquePrefix();
     const memory = new MemoryRateLimitStore(1_000);
     const pending: { due: number; refund: () => Promise<unknown> }[] = [];
     let now = t0;
-    for (const [step, { gapMs, cost, refundAfter }] of requests.entries()) {
+    for (const [step, { gapMs, cost, refundAfter, windowScale }] of requests.entries()) {
       now += gapMs;
       for (const { refund } of pending.filter((p) => p.due === step)) await refund();
       const hits: RateLimitHit[] = rules.map((shape, i) => ({
         ...shape,
+        windowMs: Math.max(1, Math.round(shape.windowMs * windowScale)),
         key: `p:{${identity}}:r${i}:${shape.algorithm}`,
         blockKey: `p:{${identity}}:r${i}:block`,
         cost,
       }));
       const [fromRedis, fromMemory] = await Promise.all([redisStore.consume(hits, now), memory.consume(hits, now)]);
       const at = `step ${step} at +${now - t0} ms`;
+      if (process.env.DEBUG_DIFF)
+        console.log(
+          at,
+          JSON.stringify(hits),
+          JSON.stringify(fromRedis.decisions),
+          JSON.stringify(fromMemory.decisions),
+        );
       expect(fromRedis.allowed, at).toBe(fromMemory.allowed);
       expect(fromRedis.decisions, at).toEqual(fromMemory.decisions);
       if (fromRedis.allowed && refundAfter >= 0) {

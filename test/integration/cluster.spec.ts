@@ -103,6 +103,24 @@ describe('on a 3-master Redis Cluster', () => {
       expect(await reader.zcard(keys.c)).toBe(1);
     });
 
+    it('refunds the slots that admitted when another slot fails, then reports the failure', async () => {
+      const prefix = uniquePrefix();
+      const keys = { alice: `${prefix}:{alice}:a:fw`, bob: `${prefix}:{bob}:b:fw` };
+      const slotOf = async (key: string) => Number(await reader.cluster('KEYSLOT', key));
+      const nodeOf = async (key: string) => cluster.nodes[Math.floor((await slotOf(key)) / Math.ceil(16384 / 3))];
+      expect(await nodeOf(keys.alice)).not.toBe(await nodeOf(keys.bob));
+      const bobsNode = await nodeOf(keys.bob);
+      const hits = [hit(keys.alice, { limit: 5, windowMs: 60_000 }), hit(keys.bob, { limit: 5, windowMs: 60_000 })];
+      process.kill(bobsNode.pid, 'SIGSTOP');
+      try {
+        await expect(store.consume(hits)).rejects.toThrow('did not answer');
+        // Alice's slot admitted and was refunded before the failure was reported.
+        expect(await reader.hget(keys.alice, 'c')).toBe('0');
+      } finally {
+        process.kill(bobsNode.pid, 'SIGCONT');
+      }
+    });
+
     it('places every key of an identity in the slot of its tag, whatever the client sent', async () => {
       const prefix = uniquePrefix();
       const app = await createTestApp({

@@ -5,6 +5,10 @@ describe('clientAddressIdentity', () => {
   it('keeps IPv4 and unwraps IPv4-mapped IPv6', () => {
     expect(clientAddressIdentity('203.0.113.7', 64)).toBe('203.0.113.7');
     expect(clientAddressIdentity('::ffff:127.0.0.1', 64)).toBe('127.0.0.1');
+    expect(clientAddressIdentity('::FFFF:1.2.3.4', 64)).toBe('1.2.3.4');
+    expect(clientAddressIdentity('0:0:0:0:0:ffff:1.2.3.4', 64)).toBe('1.2.3.4');
+    expect(clientAddressIdentity('::ffff:102:304', 64)).toBe('1.2.3.4');
+    expect(clientAddressIdentity('::ffff:102:305', 128)).toBe('1.2.3.5');
   });
 
   it('groups IPv6 addresses by prefix, so rotating within a /64 shares one identity', () => {

@@ -7,8 +7,13 @@ import { isIPv4, isIPv6 } from 'node:net';
  */
 export function clientAddressIdentity(address: string, ipv6PrefixBits: number): string {
   if (address.startsWith('::ffff:') && isIPv4(address.slice(7))) return address.slice(7);
-  if (!isIPv6(address) || ipv6PrefixBits >= 128) return address;
+  if (!isIPv6(address)) return address;
   const groups = expandIPv6(address);
+  // ::ffff:a.b.c.d in any spelling (upper case, zeros written out, hex groups) is an IPv4 client.
+  if (groups.slice(0, 5).every((group) => group === 0) && groups[5] === 0xffff) {
+    return [groups[6] >> 8, groups[6] & 0xff, groups[7] >> 8, groups[7] & 0xff].join('.');
+  }
+  if (ipv6PrefixBits >= 128) return address;
   const masked = groups.map((group, i) => {
     const bitsBefore = i * 16;
     if (bitsBefore + 16 <= ipv6PrefixBits) return group;

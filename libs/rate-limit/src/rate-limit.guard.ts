@@ -1,6 +1,8 @@
 import { type CanActivate, type ExecutionContext, Injectable } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
+import type { ServerResponse } from 'node:http';
 import {
+  type RateLimitOutcome,
   type RuleDecision,
   attachOutcome,
   outcomeOf,
@@ -13,9 +15,10 @@ import { RateLimitRuleRegistry } from './rules/rate-limit-rule.registry.js';
 
 /**
  * Decides each request before pipes and the handler run: rules from `@RateLimit` metadata (compiled
- * at bootstrap), one decision per rule, and on rejection a `RateLimitException` (429) with
+ * at bootstrap), all decided in one store call, and on rejection a `RateLimitException` (429) with
  * `Retry-After` and `RateLimit-*` headers set. A request is counted once even when the guard is
- * registered both globally and with `@UseGuards`.
+ * registered both globally and with `@UseGuards`. Units of `countOn` rules are refunded when the
+ * response ends as the rule does not count.
  *
  * Subclass it and override `createException` to change the error.
  */
@@ -38,16 +41,37 @@ export class RateLimitGuard implements CanActivate {
 
     const outcome = await this.limiter.check(rules, context);
     attachOutcome(request, outcome);
-    if (outcome.allowed) return true;
+    const response = http.getResponse<object>();
+    if (outcome.allowed) {
+      if (outcome.conditional.length > 0) this.settleWhenResponseEnds(outcome, response);
+      return true;
+    }
 
     const rejected = outcome.reported!;
-    const response = http.getResponse<object>();
     const { httpAdapter } = this.adapterHost;
     const headers = rejected.fallback
       ? [['Retry-After', String(retryAfterSeconds(rejected))]]
       : rateLimitHeaders(rejected);
     for (const [name, value] of headers) httpAdapter.setHeader(response, name, value);
     throw this.createException(rejected, context);
+  }
+
+  /**
+   * Refunds `countOn` units once the response ends, however it ends: a later guard that refuses
+   * the request, a handler that throws, a timeout, a broken stream, a client that goes away.
+   */
+  private settleWhenResponseEnds(outcome: RateLimitOutcome, response: object): void {
+    // Express hands us the Node response; Fastify a reply wrapping it as `raw`.
+    const raw = ((response as { raw?: ServerResponse }).raw ?? response) as ServerResponse;
+    let settled = false;
+    const settle = (succeeded: boolean) => {
+      if (settled) return;
+      settled = true;
+      void this.limiter.settle(outcome, succeeded);
+    };
+    raw.once('finish', () => settle(raw.statusCode < 400));
+    // Closed before it finished: the client went away or the response stream failed.
+    raw.once('close', () => settle(false));
   }
 
   /** The error thrown for a rejected request. Its headers are already on the response. */

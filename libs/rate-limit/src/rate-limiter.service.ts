@@ -84,7 +84,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     try {
       consumption = await this.store.consume(
         prepared.map((p) => p.hit),
-        this.options.clock?.(),
+        this.now(),
       );
     } catch (error) {
       return this.onStoreError(prepared, error);
@@ -130,6 +130,12 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       const reason = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
       this.storeErrors.record(`refund:${reason}`, `Refund failed (${reason}); those requests stay counted`);
     }
+  }
+
+  /** The module's clock in whole ms, or undefined for the store's own. */
+  private now(): number | undefined {
+    const { clock } = this.options;
+    return clock ? Math.floor(clock()) : undefined;
   }
 
   private async prepare(rule: RateLimitRule, context: ExecutionContext): Promise<PreparedRule> {

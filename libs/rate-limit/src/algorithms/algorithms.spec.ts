@@ -179,7 +179,8 @@ describe('sliding-window against the exact sliding-log, on random traffic', () =
           expect(Math.abs(approximate - exact)).toBeLessThanOrEqual(Math.ceil(exact * 0.25));
         },
       ),
-      { numRuns: 50 },
+      // A statistical claim: a fixed seed keeps it the same claim on every run.
+      { numRuns: 50, seed: 20_261_129 },
     );
   });
 });

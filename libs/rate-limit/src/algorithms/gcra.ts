@@ -23,9 +23,9 @@ export const gcra: RateLimitAlgorithm<GcraState> = {
     return {
       allowed,
       remaining: Math.max(0, Math.floor((tolerance - pending) / interval + ROUNDING_EPSILON)),
-      resetMs: Math.ceil((allowed ? nextTat : allowAt) - now - ROUNDING_EPSILON),
+      resetMs: Math.max(0, Math.ceil((allowed ? nextTat : allowAt) - now - ROUNDING_EPSILON)),
       next: { tat: nextTat },
-      ttlMs: Math.ceil(nextTat - now - ROUNDING_EPSILON),
+      ttlMs: Math.max(0, Math.ceil(nextTat - now - ROUNDING_EPSILON)),
     };
   },
   refund(state, { limit, windowMs, cost }) {

@@ -22,13 +22,19 @@ export const slidingLog: RateLimitAlgorithm<SlidingLogState> = {
       const mustLeave = count + cost - limit;
       resetMs = mustLeave > count ? windowMs : entries[mustLeave - 1] + windowMs - now;
     }
-    const next = allowed ? [...entries, ...Array.from({ length: cost }, () => now)] : entries;
+    let next = entries;
+    if (allowed && cost > 0) {
+      // Oldest first, as Redis orders the sorted set, even when the clock went back.
+      const at = entries.findIndex((time) => time > now);
+      const added = Array.from({ length: cost }, () => now);
+      next = at < 0 ? [...entries, ...added] : [...entries.slice(0, at), ...added, ...entries.slice(at)];
+    }
     return {
       allowed,
       remaining: Math.max(0, limit - count - (allowed ? cost : 0)),
       resetMs,
       next,
-      ttlMs: next.length > 0 ? next[next.length - 1] + windowMs - now : 0,
+      ttlMs: Math.max(windowMs, next.length > 0 ? next[next.length - 1] + windowMs - now : 0),
     };
   },
   refund(state, { cost }, admittedAt) {

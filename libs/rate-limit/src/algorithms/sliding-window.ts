@@ -2,6 +2,8 @@ import { ROUNDING_EPSILON, type RateLimitAlgorithm } from './algorithm.js';
 
 /** Counts of the current and the previous aligned window. */
 export interface SlidingWindowState {
+  /** The window length the counts were taken with; another length starts afresh. */
+  windowMs: number;
   /** `floor(now / windowMs)` of the current window. */
   index: number;
   current: number;
@@ -23,9 +25,9 @@ export const slidingWindow: RateLimitAlgorithm<SlidingWindowState> = {
     let index = Math.floor(now / windowMs);
     let current = 0;
     let previous = 0;
-    if (state) {
-      if (state.index >= index) {
-        // Same window, or a clock that went back: keep counting in the stored window.
+    if (state && state.windowMs === windowMs) {
+      if (state.index === index || state.index === index + 1) {
+        // Same window, or a clock that went back less than a window: keep counting in the stored one.
         index = state.index;
         current = state.current;
         previous = state.previous;
@@ -47,7 +49,7 @@ export const slidingWindow: RateLimitAlgorithm<SlidingWindowState> = {
     } else if (current + cost <= limit && previous > 0) {
       // Admitted later in this window, once the previous window's weight has fallen enough.
       const at = windowMs - ((limit - current - cost) * windowMs) / previous;
-      resetMs = Math.ceil(at - elapsed - ROUNDING_EPSILON);
+      resetMs = Math.max(0, Math.ceil(at - elapsed - ROUNDING_EPSILON));
     } else if (cost > limit || current === 0) {
       resetMs = (index + 1) * windowMs - now;
     } else {
@@ -59,11 +61,12 @@ export const slidingWindow: RateLimitAlgorithm<SlidingWindowState> = {
       allowed,
       remaining: Math.max(0, Math.floor(limit - used + ROUNDING_EPSILON)),
       resetMs,
-      next: { index, current: after, previous },
+      next: { windowMs, index, current: after, previous },
       ttlMs: (index + 2) * windowMs - now,
     };
   },
   refund(state, { windowMs, cost }, admittedAt) {
+    if (state.windowMs !== windowMs) return state;
     const index = Math.floor(admittedAt / windowMs);
     if (state.index === index) return { ...state, current: Math.max(0, state.current - cost) };
     if (state.index === index + 1) return { ...state, previous: Math.max(0, state.previous - cost) };

@@ -22,13 +22,15 @@ export const tokenBucket: RateLimitAlgorithm<TokenBucketState> = {
     }
     const allowed = tokens + ROUNDING_EPSILON >= cost;
     const after = allowed ? tokens - cost : tokens;
-    const full = Math.ceil((burst - after) / rate - ROUNDING_EPSILON);
+    // Math.max also turns the -0 that ceil(-epsilon) gives into 0, as Redis replies.
+    const full = Math.max(0, Math.ceil((burst - after) / rate - ROUNDING_EPSILON));
     return {
       allowed,
       remaining: Math.max(0, Math.floor(after + ROUNDING_EPSILON)),
-      resetMs: allowed ? full : Math.ceil((cost - tokens) / rate - ROUNDING_EPSILON),
+      resetMs: allowed ? full : Math.max(0, Math.ceil((cost - tokens) / rate - ROUNDING_EPSILON)),
       next: { tokens: after, refilledAt },
-      ttlMs: full,
+      // A clock that went back leaves refilledAt ahead of now: the state matters until it refills.
+      ttlMs: refilledAt - now + full,
     };
   },
   refund(state, { cost, burst }) {

@@ -44,7 +44,7 @@ export interface RateLimitOptions {
   /**
    * Which requests stay counted: `'all'` (default), `'success'` (the response's status is below
    * 400) or `'failure'` (400 or above, or the response never finished: a thrown handler, a timeout,
-   * a broken stream). The others are refunded when the response ends; needs `RateLimitInterceptor`.
+   * a broken stream). The others are refunded when the response ends.
    */
   countOn?: RateLimitCountOn;
 }

@@ -1,6 +1,7 @@
 import { LRUCache } from 'lru-cache';
 import type { AlgorithmStep } from '../algorithms/algorithm.js';
 import { ALGORITHMS } from '../algorithms/algorithms.js';
+import { GRACE_MS } from '../redis/consume.script.js';
 import {
   RateLimitStore,
   type RateLimitConsumption,
@@ -8,7 +9,11 @@ import {
   type RateLimitRefund,
 } from './rate-limit-store.js';
 
-type Step = Pick<AlgorithmStep<unknown>, 'allowed' | 'remaining' | 'resetMs'> & { next?: unknown; blocked?: boolean };
+type Step = Pick<AlgorithmStep<unknown>, 'allowed' | 'remaining' | 'resetMs'> & {
+  next?: unknown;
+  ttlMs?: number;
+  blocked?: boolean;
+};
 
 /**
  * Counters in this process: for the demo, tests and single-instance apps. The same algorithms
@@ -28,7 +33,9 @@ export class MemoryRateLimitStore extends RateLimitStore {
     this.description = `in-process memory store (up to ${maxKeys} keys; not shared across instances)`;
   }
 
-  consume(hits: readonly RateLimitHit[], now = Date.now()): Promise<RateLimitConsumption> {
+  consume(hits: readonly RateLimitHit[], clock?: number): Promise<RateLimitConsumption> {
+    // Whole milliseconds, as the Redis scripts use.
+    const now = Math.floor(clock ?? Date.now());
     const steps: Step[] = hits.map((hit) => {
       const until = hit.blockMs > 0 ? this.blockedUntil.get(hit.blockKey) : undefined;
       if (until !== undefined && until > now) {
@@ -40,9 +47,10 @@ export class MemoryRateLimitStore extends RateLimitStore {
     hits.forEach((hit, i) => {
       const step = steps[i];
       if (allowed) {
-        this.states.set(hit.key, { value: step.next });
+        // Kept as long as the state matters (plus the same grace as in Redis), then freed.
+        this.states.set(hit.key, { value: step.next }, { ttl: (step.ttlMs ?? 0) + GRACE_MS });
       } else if (!step.allowed && !step.blocked && hit.blockMs > 0) {
-        this.blockedUntil.set(hit.blockKey, now + hit.blockMs);
+        this.blockedUntil.set(hit.blockKey, now + hit.blockMs, { ttl: hit.blockMs + GRACE_MS });
         step.resetMs = Math.max(step.resetMs, hit.blockMs);
       }
     });

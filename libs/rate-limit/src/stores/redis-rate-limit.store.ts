@@ -41,8 +41,20 @@ export class RedisRateLimitStore extends RateLimitStore {
 
   async consume(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitConsumption> {
     const nonce = `${PROCESS_NONCE}${(this.sequence++).toString(36)}`;
+    // Whole milliseconds: the scripts' replies and sorted-set members carry no fractions.
+    const at = now === undefined ? undefined : Math.floor(now);
     const groups = this.groupBySlot(hits);
-    const results = await Promise.all(groups.map((indices) => this.consumeGroup(hits, indices, now, nonce)));
+    const settled = await Promise.allSettled(groups.map((indices) => this.consumeGroup(hits, indices, at, nonce)));
+    const failed = settled.find((result) => result.status === 'rejected');
+    if (failed && groups.length > 1) {
+      // Some slot failed: take back what the others admitted, then let onStoreError decide.
+      const admitted = settled.flatMap((result) =>
+        result.status === 'fulfilled' && result.value.allowed ? [result.value] : [],
+      );
+      await this.refundGroups(hits, admitted, nonce);
+    }
+    if (failed) throw failed.reason;
+    const results = settled.map((result) => (result as PromiseFulfilledResult<GroupResult>).value);
     const allowed = results.every((result) => result.allowed);
     const decisions: RateLimitDecision[] = [];
     const receipts: RateLimitReceipt[] = [];
@@ -53,11 +65,21 @@ export class RedisRateLimitStore extends RateLimitStore {
       });
     }
     if (!allowed && results.length > 1) {
-      const admitted = results.filter((result) => result.allowed).flatMap((result) => result.indices);
-      // Best effort: if a refund fails, those counters over-count, which errs on the safe side.
-      await this.refund(admitted.map((i) => ({ hit: hits[i], receipt: receipts[i] }))).catch(() => undefined);
+      await this.refundGroups(
+        hits,
+        results.filter((result) => result.allowed),
+        nonce,
+      );
     }
     return { allowed, decisions, receipts: allowed ? receipts : undefined };
+  }
+
+  /** Best effort: if a refund fails, those counters over-count, which errs on the safe side. */
+  private async refundGroups(hits: readonly RateLimitHit[], groups: readonly GroupResult[], nonce: string) {
+    const refunds = groups.flatMap((group) =>
+      group.indices.map((i) => ({ hit: hits[i], receipt: { admittedAt: group.admittedAt, nonce } })),
+    );
+    if (refunds.length > 0) await this.refund(refunds).catch(() => undefined);
   }
 
   async refund(refunds: readonly RateLimitRefund[]): Promise<void> {

@@ -10,10 +10,10 @@ ALG['gcra'] = {
     local nextTat = tat + p.cost * interval
     local allowAt = nextTat - tolerance
     local allowed = now + ROUNDING_EPSILON >= allowAt
-    local pending, reset = tat - now, math.ceil(allowAt - now - ROUNDING_EPSILON)
-    if allowed then pending = nextTat - now; reset = math.ceil(nextTat - now - ROUNDING_EPSILON) end
+    local pending, reset = tat - now, math.max(0, math.ceil(allowAt - now - ROUNDING_EPSILON))
+    if allowed then pending = nextTat - now; reset = math.max(0, math.ceil(nextTat - now - ROUNDING_EPSILON)) end
     return { allowed = allowed, remaining = math.max(0, math.floor((tolerance - pending) / interval + ROUNDING_EPSILON)),
-             reset = reset, ttl = math.ceil(nextTat - now - ROUNDING_EPSILON), tat = nextTat }
+             reset = reset, ttl = math.max(0, math.ceil(nextTat - now - ROUNDING_EPSILON)), tat = nextTat }
   end,
   commit = function(key, now, p, s)
     redis.call('SET', key, fmt(s.tat), 'PX', s.ttl + GRACE_MS)

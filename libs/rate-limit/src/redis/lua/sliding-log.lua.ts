@@ -5,22 +5,28 @@
 export const SLIDING_LOG_LUA = `
 ALG['sliding-log'] = {
   check = function(key, now, p)
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - p.window)
-    local count = redis.call('ZCARD', key)
+    -- Only units newer than now - window count; the check writes nothing.
+    local from = '(' .. (now - p.window)
+    local count = redis.call('ZCOUNT', key, from, '+inf')
     local allowed = count + p.cost <= p.limit
     local reset = p.window
     if not allowed then
       local mustLeave = count + p.cost - p.limit
       if mustLeave <= count then
-        local entry = redis.call('ZRANGE', key, mustLeave - 1, mustLeave - 1, 'WITHSCORES')
+        local entry = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT', mustLeave - 1, 1)
         reset = tonumber(entry[2]) + p.window - now
       end
     end
-    local used = count
-    if allowed then used = count + p.cost end
-    return { allowed = allowed, remaining = math.max(0, p.limit - used), reset = reset, ttl = p.window }
+    local used, ttl = count, p.window
+    if allowed then
+      used = count + p.cost
+      local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      if newest[2] then ttl = math.max(ttl, tonumber(newest[2]) + p.window - now) end
+    end
+    return { allowed = allowed, remaining = math.max(0, p.limit - used), reset = reset, ttl = ttl }
   end,
   commit = function(key, now, p, s, nonce)
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - p.window)
     local args = {}
     for n = 1, p.cost do
       args[#args + 1] = now

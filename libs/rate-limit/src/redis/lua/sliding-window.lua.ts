@@ -1,6 +1,6 @@
 /**
- * Sliding window counter in Lua: the twin of `algorithms/sliding-window.ts`. Hash fields: `i`
- * window index, `c` current count, `p` previous count.
+ * Sliding window counter in Lua: the twin of `algorithms/sliding-window.ts`. Hash fields: `w`
+ * window length, `i` window index, `c` current count, `p` previous count.
  */
 export const SLIDING_WINDOW_LUA = `
 ALG['sliding-window'] = {
@@ -8,10 +8,10 @@ ALG['sliding-window'] = {
     local W = p.window
     local index = math.floor(now / W)
     local current, previous = 0, 0
-    local st = redis.call('HMGET', key, 'i', 'c', 'p')
-    local si, sc, sp = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
-    if si and sc and sp then
-      if si >= index then index = si; current = sc; previous = sp
+    local st = redis.call('HMGET', key, 'i', 'c', 'p', 'w')
+    local si, sc, sp, sw = tonumber(st[1]), tonumber(st[2]), tonumber(st[3]), tonumber(st[4])
+    if si and sc and sp and sw == W then
+      if si == index or si == index + 1 then index = si; current = sc; previous = sp
       elseif si == index - 1 then previous = sc end
     end
     local elapsed = math.max(0, now - index * W)
@@ -26,7 +26,7 @@ ALG['sliding-window'] = {
       else reset = 0 end
     elseif current + p.cost <= p.limit and previous > 0 then
       local at = W - ((p.limit - current - p.cost) * W) / previous
-      reset = math.ceil(at - elapsed - ROUNDING_EPSILON)
+      reset = math.max(0, math.ceil(at - elapsed - ROUNDING_EPSILON))
     elseif p.cost > p.limit or current == 0 then
       reset = (index + 1) * W - now
     else
@@ -37,14 +37,14 @@ ALG['sliding-window'] = {
              ttl = (index + 2) * W - now, index = index, current = after, previous = previous }
   end,
   commit = function(key, now, p, s)
-    redis.call('HSET', key, 'i', fmt(s.index), 'c', fmt(s.current), 'p', fmt(s.previous))
+    redis.call('HSET', key, 'w', fmt(p.window), 'i', fmt(s.index), 'c', fmt(s.current), 'p', fmt(s.previous))
     redis.call('PEXPIRE', key, s.ttl + GRACE_MS)
   end,
   refund = function(key, at, p)
     local index = math.floor(at / p.window)
-    local st = redis.call('HMGET', key, 'i', 'c', 'p')
-    local si, sc, sp = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
-    if not (si and sc and sp) then return end
+    local st = redis.call('HMGET', key, 'i', 'c', 'p', 'w')
+    local si, sc, sp, sw = tonumber(st[1]), tonumber(st[2]), tonumber(st[3]), tonumber(st[4])
+    if not (si and sc and sp) or sw ~= p.window then return end
     if si == index then redis.call('HSET', key, 'c', fmt(math.max(0, sc - p.cost)))
     elseif si == index + 1 then redis.call('HSET', key, 'p', fmt(math.max(0, sp - p.cost))) end
   end,

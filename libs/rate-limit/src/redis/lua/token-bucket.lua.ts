@@ -16,10 +16,10 @@ ALG['token-bucket'] = {
     local allowed = tokens + ROUNDING_EPSILON >= p.cost
     local after = tokens
     if allowed then after = tokens - p.cost end
-    local full = math.ceil((p.burst - after) / rate - ROUNDING_EPSILON)
+    local full = math.max(0, math.ceil((p.burst - after) / rate - ROUNDING_EPSILON))
     local reset = full
-    if not allowed then reset = math.ceil((p.cost - tokens) / rate - ROUNDING_EPSILON) end
-    return { allowed = allowed, remaining = math.max(0, math.floor(after + ROUNDING_EPSILON)), reset = reset, ttl = full,
+    if not allowed then reset = math.max(0, math.ceil((p.cost - tokens) / rate - ROUNDING_EPSILON)) end
+    return { allowed = allowed, remaining = math.max(0, math.floor(after + ROUNDING_EPSILON)), reset = reset, ttl = refilledAt - now + full,
              tokens = after, refilledAt = refilledAt }
   end,
   commit = function(key, now, p, s)
