@@ -56,6 +56,13 @@ class ShopController {
   search() {
     return [];
   }
+
+  @Get('catalogue')
+  @SkipRateLimit('shop')
+  @RateLimit({ count: 2, window: '10s' })
+  catalogue() {
+    return [];
+  }
 }
 
 let server: RedisServer | undefined;
@@ -151,6 +158,16 @@ describe.each(matrix)('rate limiting over HTTP: $name store, $platform', (store)
     const searchAdmitted = await http.get('/shop/search').expect(200);
     expect(searchAdmitted.headers['ratelimit-remaining']).toBe('0');
     expect(searchAdmitted.headers['ratelimit-limit']).toBe('1');
+  });
+
+  it('skips only the named rule with @SkipRateLimit(name)', async () => {
+    const http = request(app.getHttpServer());
+    // The class rule 'shop' (4 per 10 s, global) does not apply here; the handler's own rule does.
+    const first = await http.get('/shop/catalogue').expect(200);
+    expect(first.headers['ratelimit-limit']).toBe('2');
+    await http.get('/shop/catalogue').expect(200);
+    const rejected = await http.get('/shop/catalogue').expect(429);
+    expect(rejected.body.message).toContain("'ShopController.catalogue'");
   });
 
   it('moves no counter when one rule rejects, and reports the longest wait when several do', async () => {
