@@ -10,8 +10,8 @@ import { RedisScript } from './redis-script.js';
 export const GRACE_MS = 1_000;
 
 /** ARGV entries per rule, after the three leading ones. */
-export const ARGS_PER_RULE = 6;
-export const REFUND_ARGS_PER_RULE = 5;
+const ARGS_PER_RULE = 6;
+const REFUND_ARGS_PER_RULE = 5;
 
 /** Every algorithm's Lua, as the table ALG[name] = { check, commit, refund }. */
 const ALGORITHMS_LUA = `
