@@ -32,3 +32,5 @@ export type { RateLimitAlgorithmName } from './algorithms/algorithm.js';
 export { MemoryRateLimitStore } from './stores/memory-rate-limit.store.js';
 export { RedisRateLimitStore } from './stores/redis-rate-limit.store.js';
 export { RedisService, RedisTimeoutError } from './redis/redis.service.js';
+export type { KeyAuditReport } from './audit/key-audit.js';
+export { redisOptionsFromEnv } from './redis/redis-options-from-env.js';

@@ -6,6 +6,7 @@ import {
   type RateLimitModuleOptions,
   type ResolvedRateLimitOptions,
 } from '../rate-limit.options.js';
+import { type KeyAuditReport, auditRateLimitKeys } from '../audit/key-audit.js';
 import type { RedisScript } from './redis-script.js';
 
 /** Raised when Redis does not answer a call within `redisTimeoutMs`. */
@@ -39,12 +40,14 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   private readonly ownsClient: boolean;
   private readonly timeoutMs: number;
   private readonly scripts = new Set<RedisScript>();
+  private readonly keyPrefix: string;
 
   constructor(
     @Inject(RATE_LIMIT_OPTIONS) options: RateLimitModuleOptions,
     @Inject(RESOLVED_RATE_LIMIT_OPTIONS) resolved: ResolvedRateLimitOptions,
   ) {
     this.timeoutMs = resolved.redisTimeoutMs;
+    this.keyPrefix = resolved.keyPrefix;
     const given = options.redis;
     if (given === undefined) {
       this.ownsClient = false;
@@ -112,6 +115,14 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   }
 
   /** Connects once every module is initialised, so an app whose bootstrap fails leaves no socket open. */
+  /**
+   * Scans the library's keys on every master and reports those without a TTL; with `repairTtlMs`,
+   * gives them that TTL. For monitoring; `npm run audit:keys` runs the same from a shell.
+   */
+  auditKeys(options: { repairTtlMs?: number } = {}): Promise<KeyAuditReport> {
+    return auditRateLimitKeys(this.client, { keyPrefix: this.keyPrefix, ...options });
+  }
+
   async onApplicationBootstrap(): Promise<void> {
     if (!this.redis) return;
     if (this.ownsClient && this.redis.status === 'wait') {

@@ -1,0 +1,55 @@
+import { Cluster, type Redis } from 'ioredis';
+
+export interface KeyAuditOptions {
+  /** The library's key prefix; only keys under `prefix:` are read. */
+  keyPrefix: string;
+  /** Give each key found without a TTL this TTL. Default: report only. */
+  repairTtlMs?: number;
+  /** Keys asked for per SCAN call. Default 1,000. */
+  scanCount?: number;
+}
+
+export interface KeyAuditReport {
+  /** Keys under the prefix, over every master. */
+  scanned: number;
+  /** Keys that had no TTL: the permanent-ban symptom. */
+  withoutTtl: string[];
+  /** How many of them were given `repairTtlMs`. */
+  repaired: number;
+}
+
+/**
+ * Scans the library's keys on every master (one for a standalone server) and reports, and
+ * optionally repairs, keys without a TTL. The scripts never leave one; older code that sent INCR
+ * and EXPIRE as two commands did, and its users were banned until someone noticed.
+ */
+export async function auditRateLimitKeys(client: Redis | Cluster, options: KeyAuditOptions): Promise<KeyAuditReport> {
+  const nodes = client instanceof Cluster ? client.nodes('master') : [client];
+  const report: KeyAuditReport = { scanned: 0, withoutTtl: [], repaired: 0 };
+  for (const node of nodes) {
+    let cursor = '0';
+    do {
+      const [next, keys] = await node.scan(
+        cursor,
+        'MATCH',
+        `${options.keyPrefix}:*`,
+        'COUNT',
+        options.scanCount ?? 1_000,
+      );
+      cursor = next;
+      report.scanned += keys.length;
+      if (keys.length === 0) continue;
+      const ttls = await Promise.all(keys.map((key) => node.pttl(key)));
+      for (const [i, key] of keys.entries()) {
+        if (ttls[i] !== -1) continue;
+        report.withoutTtl.push(key);
+        // PEXPIRE NX (Redis 7) would be tidier; checking the reply keeps Redis 6 working, and a key
+        // that got a TTL meanwhile is only given a new one, never made permanent.
+        if (options.repairTtlMs !== undefined && (await node.pexpire(key, options.repairTtlMs)) === 1) {
+          report.repaired += 1;
+        }
+      }
+    } while (cursor !== '0');
+  }
+  return report;
+}
