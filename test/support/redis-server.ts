@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { accessSync, constants, mkdtempSync, rmSync } from 'node:fs';
+import { accessSync, constants, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
@@ -22,10 +22,25 @@ process.once('exit', () => {
 
 /** Starts `redis-server` (from PATH or `REDIS_SERVER_BIN`) on a free loopback port, with no persistence. */
 export async function startRedisServer(extraArgs: readonly string[] = []): Promise<RedisServer> {
+  return startProcess((dir) => ({ args: extraArgs, readyLine: 'Ready to accept connections', dir }));
+}
+
+interface LaunchPlan {
+  /** Arguments before `--port` (a config file must come first). */
+  leadingArgs?: readonly string[];
+  args: readonly string[];
+  /** The log line that says the process serves. */
+  readyLine: string;
+  dir: string;
+}
+
+async function startProcess(plan: (dir: string, port: number) => LaunchPlan): Promise<RedisServer> {
   const binary = findRedisServer();
   for (let attempt = 1; ; attempt += 1) {
     try {
-      return await launch(binary, await freePort(), extraArgs);
+      const port = await freePort();
+      const dir = mkdtempSync(join(tmpdir(), 'rl-redis-'));
+      return await launch(binary, port, plan(dir, port));
     } catch (error) {
       // Another process may take the port between our probe and redis-server's bind.
       if (attempt >= 3 || !String(error).includes('Address already in use')) throw error;
@@ -68,11 +83,12 @@ export function freePort(): Promise<number> {
   });
 }
 
-async function launch(binary: string, port: number, extraArgs: readonly string[]): Promise<RedisServer> {
-  const dir = mkdtempSync(join(tmpdir(), 'rl-redis-'));
+async function launch(binary: string, port: number, plan: LaunchPlan): Promise<RedisServer> {
+  const { dir } = plan;
   const child = spawn(
     binary,
     [
+      ...(plan.leadingArgs ?? []),
       '--port',
       String(port),
       '--bind',
@@ -85,7 +101,7 @@ async function launch(binary: string, port: number, extraArgs: readonly string[]
       dir,
       '--logfile',
       '',
-      ...extraArgs,
+      ...plan.args,
     ],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
@@ -94,7 +110,7 @@ async function launch(binary: string, port: number, extraArgs: readonly string[]
   await new Promise<void>((resolve, reject) => {
     const onData = (chunk: Buffer) => {
       output += chunk.toString();
-      if (output.includes('Ready to accept connections')) {
+      if (output.includes(plan.readyLine)) {
         child.stdout!.off('data', onData);
         resolve();
       }
@@ -192,4 +208,77 @@ export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
     startupNodes: nodes.map((node) => ({ host: '127.0.0.1', port: node.port })),
     stop,
   };
+}
+
+/** A master, its replica and three sentinels this test file started. */
+export interface RedisSentinelSet {
+  readonly name: string;
+  readonly master: RedisServer;
+  readonly replica: RedisServer;
+  readonly sentinels: readonly RedisServer[];
+  /** `{ host, port }` of every sentinel, for `redis: { sentinels, name }`. */
+  readonly sentinelAddresses: { host: string; port: number }[];
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts a master, a replica of it and three sentinels (quorum 2) that notice a failure after
+ * `downAfterMs`; resolves once every sentinel knows the replica and the other sentinels.
+ */
+export async function startRedisSentinelSet(downAfterMs = 1_000, name = 'mymaster'): Promise<RedisSentinelSet> {
+  const master = await startRedisServer();
+  const started: RedisServer[] = [master];
+  const stop = async () => {
+    await Promise.all(started.map((server) => server.stop()));
+  };
+  try {
+    const replica = await startRedisServer(['--replicaof', '127.0.0.1', String(master.port)]);
+    started.push(replica);
+    const replicaClient = replica.client();
+    for (let attempt = 0; !(await replicaClient.info('replication')).includes('master_link_status:up'); attempt += 1) {
+      if (attempt >= 200) throw new Error('the replica did not sync with its master in time');
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    const sentinels: RedisServer[] = [];
+    for (let i = 0; i < 3; i += 1) {
+      const sentinel = await startProcess((dir) => {
+        const config = join(dir, 'sentinel.conf');
+        writeFileSync(
+          config,
+          [
+            `sentinel monitor ${name} 127.0.0.1 ${master.port} 2`,
+            `sentinel down-after-milliseconds ${name} ${downAfterMs}`,
+            `sentinel failover-timeout ${name} 10000`,
+            `sentinel parallel-syncs ${name} 1`,
+            '',
+          ].join('\n'),
+        );
+        return { leadingArgs: [config, '--sentinel'], args: [], readyLine: '+monitor master', dir };
+      });
+      sentinels.push(sentinel);
+      started.push(sentinel);
+    }
+    // Sentinels discover the replica and each other through the master, within a few seconds.
+    const clients = sentinels.map((sentinel) => sentinel.client());
+    for (let attempt = 0; ; attempt += 1) {
+      const views = await Promise.all(
+        clients.map((client) => client.call('SENTINEL', 'MASTER', name) as Promise<string[]>),
+      );
+      const field = (view: string[], key: string) => Number(view[view.indexOf(key) + 1]);
+      if (views.every((view) => field(view, 'num-slaves') >= 1 && field(view, 'num-other-sentinels') >= 2)) break;
+      if (attempt >= 300) throw new Error('sentinels did not discover the replica and each other in time');
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    return {
+      name,
+      master,
+      replica,
+      sentinels,
+      sentinelAddresses: sentinels.map((sentinel) => ({ host: '127.0.0.1', port: sentinel.port })),
+      stop,
+    };
+  } catch (error) {
+    await stop();
+    throw error;
+  }
 }

@@ -1,6 +1,6 @@
 import { Module } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
-import { RateLimitModule } from '@app/rate-limit';
+import { RateLimitModule, type RateLimitModuleOptions, redisOptionsFromEnv } from '@app/rate-limit';
 import { AlgorithmsController } from './algorithms.controller.js';
 import { FeaturesController } from './features.controller.js';
 import { HealthController } from './health.controller.js';
@@ -12,10 +12,17 @@ import { OrdersController } from './orders.controller.js';
     ConfigModule.forRoot({ isGlobal: true }),
     RateLimitModule.forRootAsync({
       inject: [ConfigService],
-      useFactory: (config: ConfigService) => ({
-        // No REDIS_URL: the embedded in-process store, so the demo runs with nothing installed.
-        redis: config.get<string>('REDIS_URL') || undefined,
+      useFactory: (config: ConfigService): RateLimitModuleOptions => ({
+        // REDIS_URL, REDIS_SENTINELS (+ REDIS_SENTINEL_NAME) or REDIS_CLUSTER_NODES; with none,
+        // the embedded in-process store, so the demo runs with nothing installed.
+        redis: redisOptionsFromEnv({
+          REDIS_URL: config.get<string>('REDIS_URL'),
+          REDIS_SENTINELS: config.get<string>('REDIS_SENTINELS'),
+          REDIS_SENTINEL_NAME: config.get<string>('REDIS_SENTINEL_NAME'),
+          REDIS_CLUSTER_NODES: config.get<string>('REDIS_CLUSTER_NODES'),
+        }),
         keyPrefix: config.get<string>('RATE_LIMIT_PREFIX') || undefined,
+        onStoreError: config.get<RateLimitModuleOptions['onStoreError']>('RATE_LIMIT_ON_STORE_ERROR') || undefined,
       }),
     }),
   ],

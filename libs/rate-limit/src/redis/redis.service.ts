@@ -23,6 +23,11 @@ const OWN_CLIENT_DEFAULTS: RedisOptions = {
   lazyConnect: true,
   enableOfflineQueue: false,
   autoResendUnfulfilledCommands: false,
+  // Sentinel: subscribe to +switch-master and reconnect to the new master as soon as it is named,
+  // instead of writing to the old one until it is demoted.
+  failoverDetector: true,
+  // A master demoted to replica answers READONLY: reconnect, and so ask the sentinels again.
+  reconnectOnError: (error) => error.message.startsWith('READONLY'),
   maxRetriesPerRequest: 1,
   connectTimeout: 2_000,
   connectionName: 'rate-limit',
@@ -96,7 +101,8 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     const client = this.client;
     if (!this.ownsClient) return 'application-supplied client';
     if (client instanceof Cluster) return 'cluster';
-    const { host, port, path } = client.options;
+    const { host, port, path, sentinels, name } = client.options;
+    if (sentinels?.length) return `sentinels ${sentinels.map((s) => `${s.host}:${s.port}`).join(',')} for ${name}`;
     return path ? `unix:${path}` : `${host}:${port}`;
   }
 

@@ -1,0 +1,54 @@
+import type { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { type RedisSentinelSet, startRedisSentinelSet } from '../support/redis-server.js';
+import { createStore, hit } from '../support/store-module.js';
+import { uniquePrefix } from '../support/test-app.js';
+
+describe('through Redis Sentinel', () => {
+  let set: RedisSentinelSet;
+
+  beforeAll(async () => {
+    set = await startRedisSentinelSet();
+  });
+
+  afterAll(() => set?.stop());
+
+  it('counts on the master the sentinels name, and follows it after a failover', async () => {
+    const { store, redis, close } = await createStore({
+      redis: { sentinels: set.sentinelAddresses, name: set.name },
+      redisTimeoutMs: 1_000,
+    });
+    const key = `${uniquePrefix()}:{s}:r:fw`;
+    const limits = { limit: 100, windowMs: 600_000 };
+    try {
+      expect(redis.describe()).toContain(`sentinels`);
+      await store.consume([hit(key, limits)]);
+      const master: Redis = set.master.client();
+      expect(await master.hget(key, 'c')).toBe('1');
+      // This test is about following the master, not about lost writes: let the write replicate.
+      expect(await master.call('WAIT', '1', '5000')).toBe(1);
+
+      // Sentinel promotes the replica (it has every write: see WAIT above).
+      const sentinel = set.sentinels[0].client();
+      await sentinel.call('SENTINEL', 'FAILOVER', set.name);
+      const replica = set.replica.client();
+      await vi.waitUntil(async () => (await replica.info('replication')).includes('role:master'), {
+        timeout: 15_000,
+        interval: 50,
+      });
+
+      // The client follows the sentinels to the new master; until it does, calls may fail or land
+      // on the old master (and be lost when it becomes a replica).
+      await vi.waitUntil(
+        async () => {
+          await store.consume([hit(key, limits)]).catch(() => undefined);
+          return Number(await replica.hget(key, 'c')) >= 2;
+        },
+        { timeout: 15_000, interval: 50 },
+      );
+      expect(redis.client.status).toBe('ready');
+    } finally {
+      await close();
+    }
+  });
+});
