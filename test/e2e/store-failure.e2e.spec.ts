@@ -24,7 +24,8 @@ describe('when Redis stops answering, requests are decided by onStoreError withi
 
   beforeAll(async () => {
     server = await startRedisServer();
-    const common = { redis: server.url, keyPrefix: prefix, redisTimeoutMs: 50 };
+    // The deadline alone: the circuit breaker has its own suite.
+    const common = { redis: server.url, keyPrefix: prefix, redisTimeoutMs: 50, circuitBreaker: false as const };
     // Both apps log to the capture: Nest's logger is process-wide.
     allowApp = await createTestApp({
       controllers: [GuardedController],

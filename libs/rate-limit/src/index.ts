@@ -34,3 +34,4 @@ export { RedisRateLimitStore } from './stores/redis-rate-limit.store.js';
 export { RedisService, RedisTimeoutError } from './redis/redis.service.js';
 export type { KeyAuditReport } from './audit/key-audit.js';
 export { redisOptionsFromEnv } from './redis/redis-options-from-env.js';
+export type { RateLimitCircuitBreakerOptions, CircuitBreakerState } from './redis/redis-circuit-breaker.js';

@@ -2,6 +2,7 @@ import type { Type } from '@nestjs/common';
 import type { Cluster, ClusterNode, ClusterOptions, Redis, RedisOptions } from 'ioredis';
 import type { RateLimitConfigCentre } from './config-centre/rate-limit-config-centre.js';
 import type { SampledLogLevel } from './logging/sampled-logger.js';
+import type { RateLimitCircuitBreakerOptions } from './redis/redis-circuit-breaker.js';
 import {
   DEFAULT_KEY_PREFIX,
   DEFAULT_LOG_INTERVAL_MS,
@@ -58,6 +59,8 @@ export interface RateLimitModuleOptions {
   clock?: () => number;
   /** `by: 'ip'` counts IPv6 clients per prefix of this many bits. Default 64. */
   ipv6PrefixBits?: number;
+  /** When to stop calling a failing Redis (defaults below), or `false` to always call it. */
+  circuitBreaker?: RateLimitCircuitBreakerOptions | false;
 }
 
 /** Options of `forRoot`/`forRootAsync` that shape the module itself, so they cannot come from a factory. */
@@ -80,6 +83,7 @@ export interface ResolvedRateLimitOptions {
   memoryStoreMaxKeys: number;
   clock: (() => number) | undefined;
   ipv6PrefixBits: number;
+  circuitBreaker: Required<RateLimitCircuitBreakerOptions> | false;
 }
 
 const KEY_PREFIX = /^[A-Za-z0-9._:-]{1,32}$/;
@@ -118,8 +122,24 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
       level,
     };
   }
+  let circuitBreaker: ResolvedRateLimitOptions['circuitBreaker'] = false;
+  if (options.circuitBreaker !== false) {
+    const given = options.circuitBreaker ?? {};
+    const ratio = given.failureRatio ?? 0.3;
+    if (typeof ratio !== 'number' || !(ratio > 0 && ratio <= 1)) {
+      fail('circuitBreaker.failureRatio', 'must be a number above 0 and at most 1', ratio);
+    }
+    circuitBreaker = {
+      failureRatio: ratio,
+      minimumCalls: positive('circuitBreaker.minimumCalls', given.minimumCalls, 20),
+      windowMs: positive('circuitBreaker.windowMs', given.windowMs, 10_000),
+      consecutiveFailures: positive('circuitBreaker.consecutiveFailures', given.consecutiveFailures, 5),
+      halfOpenAfterMs: positive('circuitBreaker.halfOpenAfterMs', given.halfOpenAfterMs, 1_000),
+    };
+  }
   return {
     keyPrefix,
+    circuitBreaker,
     redisTimeoutMs: positive('redisTimeoutMs', options.redisTimeoutMs, DEFAULT_REDIS_TIMEOUT_MS),
     onStoreError,
     logging,

@@ -7,6 +7,7 @@ import {
   type ResolvedRateLimitOptions,
 } from '../rate-limit.options.js';
 import { type KeyAuditReport, auditRateLimitKeys } from '../audit/key-audit.js';
+import { type CircuitBreakerState, RedisCircuitBreaker } from './redis-circuit-breaker.js';
 import type { RedisScript } from './redis-script.js';
 
 /** Raised when Redis does not answer a call within `redisTimeoutMs`. */
@@ -46,6 +47,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   private readonly timeoutMs: number;
   private readonly scripts = new Set<RedisScript>();
   private readonly keyPrefix: string;
+  private readonly breaker: RedisCircuitBreaker | undefined;
 
   constructor(
     @Inject(RATE_LIMIT_OPTIONS) options: RateLimitModuleOptions,
@@ -53,6 +55,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   ) {
     this.timeoutMs = resolved.redisTimeoutMs;
     this.keyPrefix = resolved.keyPrefix;
+    if (resolved.circuitBreaker) this.breaker = new RedisCircuitBreaker(resolved.circuitBreaker, this.logger);
     const given = options.redis;
     if (given === undefined) {
       this.ownsClient = false;
@@ -113,11 +116,18 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   }
 
   /**
-   * Runs a script with the configured deadline. A call past its deadline rejects with
-   * `RedisTimeoutError`; its late reply, if any, is discarded.
+   * Runs a script with the configured deadline, through the circuit breaker. A call past its
+   * deadline rejects with `RedisTimeoutError` (its late reply, if any, is discarded); while the
+   * circuit is open, calls reject at once with `BrokenCircuitError`.
    */
   run(script: RedisScript, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {
-    return withDeadline(script.run(this.client, keys, args), this.timeoutMs, script.name);
+    const call = () => withDeadline(script.run(this.client, keys, args), this.timeoutMs, script.name);
+    return this.breaker ? this.breaker.execute(call) : call();
+  }
+
+  /** The circuit breaker's state: `'open'` while calls to Redis are suspended. */
+  get circuitState(): CircuitBreakerState {
+    return this.breaker?.state ?? 'closed';
   }
 
   /** Connects once every module is initialised, so an app whose bootstrap fails leaves no socket open. */

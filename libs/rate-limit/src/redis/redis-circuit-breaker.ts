@@ -1,0 +1,94 @@
+import type { LoggerService } from '@nestjs/common';
+import {
+  CircuitBreakerPolicy,
+  CircuitState,
+  ConsecutiveBreaker,
+  type IBreaker,
+  SamplingBreaker,
+  circuitBreaker,
+  handleAll,
+} from 'cockatiel';
+
+export interface RateLimitCircuitBreakerOptions {
+  /** Open when at least this share of calls in the window failed or timed out. Default 0.3. */
+  failureRatio?: number;
+  /** ...counting only windows with at least this many calls. Default 20. */
+  minimumCalls?: number;
+  /** The window the share is taken over. Default 10 s. */
+  windowMs?: number;
+  /** Open after this many failures in a row, whatever the share. Default 5. */
+  consecutiveFailures?: number;
+  /** Let one probe call through this long after opening; its success closes the circuit. Default 1 s. */
+  halfOpenAfterMs?: number;
+}
+
+export type CircuitBreakerState = 'closed' | 'open' | 'half-open';
+
+const STATE_NAMES: Record<CircuitState, CircuitBreakerState> = {
+  [CircuitState.Closed]: 'closed',
+  [CircuitState.Open]: 'open',
+  [CircuitState.HalfOpen]: 'half-open',
+  [CircuitState.Isolated]: 'open',
+};
+
+/** Opens when either breaker says so: a share of recent calls failed, or several in a row did. */
+class EitherBreaker implements IBreaker {
+  constructor(private readonly breakers: readonly IBreaker[]) {}
+
+  get state(): unknown {
+    return this.breakers.map((breaker) => breaker.state);
+  }
+
+  set state(value: unknown) {
+    (value as unknown[]).forEach((state, i) => (this.breakers[i].state = state));
+  }
+
+  success(state: CircuitState): void {
+    for (const breaker of this.breakers) breaker.success(state);
+  }
+
+  failure(state: CircuitState): boolean {
+    // Every breaker must see every failure, so no short-circuiting.
+    return this.breakers.map((breaker) => breaker.failure(state)).includes(true);
+  }
+}
+
+/**
+ * Stops sending to Redis while it is failing: once open, calls fail at once (and the fallback
+ * policy decides), until a probe call succeeds. Each transition is logged once; `state` tells it.
+ */
+export class RedisCircuitBreaker {
+  private readonly policy: CircuitBreakerPolicy;
+
+  constructor(options: Required<RateLimitCircuitBreakerOptions>, logger: LoggerService) {
+    this.policy = circuitBreaker(handleAll, {
+      halfOpenAfter: options.halfOpenAfterMs,
+      breaker: new EitherBreaker([
+        new SamplingBreaker({
+          threshold: options.failureRatio,
+          duration: options.windowMs,
+          minimumRps: options.minimumCalls / (options.windowMs / 1000),
+        }),
+        new ConsecutiveBreaker(options.consecutiveFailures),
+      ]),
+    });
+    this.policy.onStateChange((state) => {
+      const message = {
+        [CircuitState.Open]: `Redis circuit open: no calls to Redis for ${options.halfOpenAfterMs} ms; requests follow onStoreError`,
+        [CircuitState.HalfOpen]: 'Redis circuit half-open: probing Redis with one call',
+        [CircuitState.Closed]: 'Redis circuit closed: Redis decides again',
+        [CircuitState.Isolated]: 'Redis circuit isolated',
+      }[state];
+      if (state === CircuitState.Closed) logger.log(message);
+      else logger.warn(message);
+    });
+  }
+
+  get state(): CircuitBreakerState {
+    return STATE_NAMES[this.policy.state];
+  }
+
+  execute<T>(call: () => Promise<T>): Promise<T> {
+    return this.policy.execute(call);
+  }
+}

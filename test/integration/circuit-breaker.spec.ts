@@ -1,0 +1,116 @@
+import type { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import type { RateLimitModuleOptions, RateLimitStore, RedisService } from '@app/rate-limit';
+import { LogCapture } from '../support/log-capture.js';
+import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { createStore, hit } from '../support/store-module.js';
+import { uniquePrefix } from '../support/test-app.js';
+import { Logger } from '@nestjs/common';
+
+function scriptCalls(info: string): number {
+  return [...info.matchAll(/^cmdstat_(evalsha|eval):calls=(\d+)/gm)].reduce((sum, m) => sum + Number(m[2]), 0);
+}
+
+describe('the circuit breaker in front of Redis', () => {
+  let server: RedisServer;
+  let redis: Redis;
+  const logs = new LogCapture();
+
+  beforeAll(async () => {
+    server = await startRedisServer();
+    redis = server.client();
+    Logger.overrideLogger(logs);
+  });
+
+  afterEach(() => {
+    process.kill(server.pid, 'SIGCONT');
+    vi.useRealTimers();
+  });
+
+  afterAll(() => server?.stop());
+
+  async function storeWith(circuitBreaker: RateLimitModuleOptions['circuitBreaker']) {
+    const created = await createStore({ redis: server.url, redisTimeoutMs: 50, circuitBreaker });
+    Logger.overrideLogger(logs);
+    return created;
+  }
+
+  async function failWhilePaused(store: RateLimitStore, key: string): Promise<string> {
+    return store.consume([hit(key, { limit: 1_000, windowMs: 600_000 })]).then(
+      () => 'admitted',
+      (error: Error) => error.constructor.name,
+    );
+  }
+
+  it('opens after N consecutive timeouts, sends nothing while open, then half-opens and closes', async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    const {
+      store,
+      redis: service,
+      close,
+    } = await storeWith({
+      consecutiveFailures: 3,
+      halfOpenAfterMs: 5_000,
+      minimumCalls: 1_000,
+    });
+    const key = `${uniquePrefix()}:{b}:r:fw`;
+    try {
+      await store.consume([hit(key, { limit: 1_000, windowMs: 600_000 })]);
+      process.kill(server.pid, 'SIGSTOP');
+      expect(await failWhilePaused(store, key)).toBe('RedisTimeoutError');
+      expect(await failWhilePaused(store, key)).toBe('RedisTimeoutError');
+      expect(service.circuitState).toBe('closed');
+      expect(await failWhilePaused(store, key)).toBe('RedisTimeoutError');
+      expect(service.circuitState).toBe('open');
+
+      process.kill(server.pid, 'SIGCONT');
+      // The three timed-out calls were sent; let them land before counting what arrives.
+      await vi.waitUntil(async () => (await redis.hget(key, 'c')) === '4', { timeout: 5_000, interval: 20 });
+      await redis.config('RESETSTAT');
+      for (let i = 0; i < 20; i += 1) expect(await failWhilePaused(store, key)).toBe('BrokenCircuitError');
+      expect(scriptCalls(await redis.info('commandstats'))).toBe(0);
+
+      vi.setSystemTime(Date.now() + 5_000);
+      await store.consume([hit(key, { limit: 1_000, windowMs: 600_000 })]);
+      expect(service.circuitState).toBe('closed');
+      expect(scriptCalls(await redis.info('commandstats'))).toBe(1);
+      expect(logs.lines.filter((line) => /Redis circuit/.test(line.message)).map((line) => line.message)).toEqual([
+        expect.stringMatching(/^Redis circuit open/),
+        expect.stringMatching(/^Redis circuit half-open/),
+        expect.stringMatching(/^Redis circuit closed/),
+      ]);
+    } finally {
+      await close();
+    }
+  });
+
+  it('opens when the share of failed calls in the window reaches the ratio, not before', async () => {
+    const {
+      store,
+      redis: service,
+      close,
+    } = await storeWith({
+      failureRatio: 0.3,
+      minimumCalls: 20,
+      windowMs: 10_000,
+      consecutiveFailures: 1_000,
+    });
+    const key = `${uniquePrefix()}:{r}:r:fw`;
+    try {
+      for (let i = 0; i < 14; i += 1) await store.consume([hit(key, { limit: 1_000, windowMs: 600_000 })]);
+      process.kill(server.pid, 'SIGSTOP');
+      const stateAfter: string[] = [];
+      for (let failures = 1; failures <= 8; failures += 1) {
+        await failWhilePaused(store, key);
+        stateAfter.push(service.circuitState);
+      }
+      // 5 of 19 (26%) keeps it closed; it opens at 6 of 20 (30%) or, at the latest, 7 of 21 (33%).
+      expect(stateAfter.slice(0, 5)).toEqual(['closed', 'closed', 'closed', 'closed', 'closed']);
+      expect(stateAfter.indexOf('open')).toBeGreaterThanOrEqual(5);
+      expect(stateAfter.indexOf('open')).toBeLessThanOrEqual(6);
+    } finally {
+      process.kill(server.pid, 'SIGCONT');
+      await close();
+    }
+  });
+});
