@@ -1,11 +1,11 @@
+import { Logger } from '@nestjs/common';
 import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import type { RateLimitModuleOptions, RateLimitStore, RedisService } from '@app/rate-limit';
+import type { RateLimitModuleOptions, RateLimitStore } from '@app/rate-limit';
 import { LogCapture } from '../support/log-capture.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createStore, hit } from '../support/store-module.js';
 import { uniquePrefix } from '../support/test-app.js';
-import { Logger } from '@nestjs/common';
 
 function scriptCalls(info: string): number {
   return [...info.matchAll(/^cmdstat_(evalsha|eval):calls=(\d+)/gm)].reduce((sum, m) => sum + Number(m[2]), 0);
