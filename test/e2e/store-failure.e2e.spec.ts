@@ -76,8 +76,8 @@ describe('when Redis stops answering, requests are decided by onStoreError withi
       /^Rate-limit store failed \(RedisTimeoutError: Redis did not answer consume within 50 ms\)/,
     );
     expect(failures).toEqual([
-      expect.stringContaining("onStoreError 'allow' admitted requests: 1 since last report"),
-      expect.stringContaining("onStoreError 'deny' refused requests: 1 since last report"),
+      expect.stringContaining("requests decided by onStoreError 'allow': 1 since last report"),
+      expect.stringContaining("requests decided by onStoreError 'deny': 1 since last report"),
     ]);
 
     // The timed-out calls were sent, so Redis still runs them when it wakes up (1 + 5 + 5), each

@@ -35,3 +35,4 @@ export { RedisService, RedisTimeoutError } from './redis/redis.service.js';
 export type { KeyAuditReport } from './audit/key-audit.js';
 export { redisOptionsFromEnv } from './redis/redis-options-from-env.js';
 export type { RateLimitCircuitBreakerOptions, CircuitBreakerState } from './redis/redis-circuit-breaker.js';
+export type { RateLimitStoreErrorPolicy } from './store-error-policy.js';

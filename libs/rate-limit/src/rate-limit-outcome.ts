@@ -1,5 +1,6 @@
 import type { RateLimitRule } from './rules/rate-limit-rule.js';
 import type { RateLimitDecision, RateLimitRefund } from './stores/rate-limit-store.js';
+import type { RateLimitStoreErrorPolicy } from './store-error-policy.js';
 
 /** One rule's decision for one request. */
 export interface RuleDecision extends RateLimitDecision {
@@ -17,6 +18,8 @@ export interface RateLimitOutcome {
   allowed: boolean;
   /** Admitted units of rules with `countOn` other than `'all'`, to refund when the response ends. */
   conditional: readonly ConditionalUnits[];
+  /** Set when the store failed and this policy decided the request. */
+  storeError?: RateLimitStoreErrorPolicy;
 }
 
 /** Units that stay counted only if the response ends as `countOn` says. */

@@ -1,4 +1,10 @@
-import { type CanActivate, type ExecutionContext, Injectable } from '@nestjs/common';
+import {
+  type CanActivate,
+  type ExecutionContext,
+  Inject,
+  Injectable,
+  ServiceUnavailableException,
+} from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { ServerResponse } from 'node:http';
 import {
@@ -11,6 +17,7 @@ import {
 } from './rate-limit-outcome.js';
 import { RateLimitException } from './rate-limit.exception.js';
 import { RateLimiterService } from './rate-limiter.service.js';
+import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from './rate-limit.options.js';
 import { RateLimitRuleRegistry } from './rules/rate-limit-rule.registry.js';
 
 /**
@@ -28,6 +35,7 @@ export class RateLimitGuard implements CanActivate {
     private readonly registry: RateLimitRuleRegistry,
     private readonly limiter: RateLimiterService,
     private readonly adapterHost: HttpAdapterHost,
+    @Inject(RESOLVED_RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
   ) {}
 
   async canActivate(context: ExecutionContext): Promise<boolean> {
@@ -53,6 +61,14 @@ export class RateLimitGuard implements CanActivate {
       ? [['Retry-After', String(retryAfterSeconds(rejected))]]
       : rateLimitHeaders(rejected);
     for (const [name, value] of headers) httpAdapter.setHeader(response, name, value);
+    if (outcome.storeError === 'deny' && this.options.storeErrorStatus === 503) {
+      throw new ServiceUnavailableException({
+        statusCode: 503,
+        error: 'Service Unavailable',
+        message: 'Rate limiting is unavailable; retry shortly',
+        retryAfter: retryAfterSeconds(rejected),
+      });
+    }
     throw this.createException(rejected, context);
   }
 

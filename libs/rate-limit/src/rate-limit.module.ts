@@ -72,6 +72,8 @@ const configCentreProvider: Provider = {
     RateLimitInterceptor,
   ],
   exports: [
+    // The guard needs it wherever @UseGuards(RateLimitGuard) instantiates it.
+    RESOLVED_RATE_LIMIT_OPTIONS,
     RedisService,
     RateLimitStore,
     RateLimitConfigCentre,

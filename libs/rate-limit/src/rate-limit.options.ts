@@ -11,6 +11,7 @@ import {
   DEFAULT_REDIS_TIMEOUT_MS,
 } from './rate-limit.constants.js';
 import { RateLimitConfigurationError } from './rules/rate-limit-rule.js';
+import { type RateLimitStoreErrorPolicy, STORE_ERROR_POLICIES } from './store-error-policy.js';
 
 /**
  * How to reach Redis:
@@ -42,10 +43,16 @@ export interface RateLimitModuleOptions {
   /** Deadline for one Redis call, in ms; past it the request is decided by `onStoreError`. Default 100. */
   redisTimeoutMs?: number;
   /**
-   * What a request gets when the store fails or misses its deadline: `'allow'` (default; admitted,
-   * logged by sampling) or `'deny'` (429 with `Retry-After: 1`).
+   * What a request gets when Redis fails, misses its deadline or the circuit is open: `'local'`
+   * (default; this instance decides from what Redis last reported, pessimistically), `'allow'`
+   * (admitted) or `'deny'` (refused with `storeErrorStatus` and `Retry-After: 1`). A rule's own
+   * `onStoreError` wins over this.
    */
-  onStoreError?: 'allow' | 'deny';
+  onStoreError?: RateLimitStoreErrorPolicy;
+  /** `'local'` fallback tuning. */
+  localFallback?: { safetyFactor?: number; expectedInstances?: number };
+  /** Status of requests refused by `onStoreError: 'deny'`: 429 (default) or 503. */
+  storeErrorStatus?: 429 | 503;
   /** Where run-time thresholds come from. Default: `@nestjs/config`'s `ConfigService` (see `NestConfigCentre`). */
   configCentre?: Type<RateLimitConfigCentre> | RateLimitConfigCentre;
   /** Sampling of rejection log lines, or `false` for none. */
@@ -78,7 +85,9 @@ export interface RateLimitModuleExtras {
 export interface ResolvedRateLimitOptions {
   keyPrefix: string;
   redisTimeoutMs: number;
-  onStoreError: 'allow' | 'deny';
+  onStoreError: RateLimitStoreErrorPolicy;
+  localFallback: { safetyFactor: number; expectedInstances: number };
+  storeErrorStatus: 429 | 503;
   logging: Required<RateLimitLoggingOptions> | false;
   memoryStoreMaxKeys: number;
   clock: (() => number) | undefined;
@@ -104,9 +113,17 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
   if (typeof keyPrefix !== 'string' || !KEY_PREFIX.test(keyPrefix)) {
     fail('keyPrefix', 'must be 1 to 32 characters of letters, digits and . _ : -', keyPrefix);
   }
-  const onStoreError = options.onStoreError ?? 'allow';
-  if (onStoreError !== 'allow' && onStoreError !== 'deny')
-    fail('onStoreError', "must be 'allow' or 'deny'", onStoreError);
+  const onStoreError = options.onStoreError ?? 'local';
+  if (!STORE_ERROR_POLICIES.includes(onStoreError)) {
+    fail('onStoreError', `must be one of ${STORE_ERROR_POLICIES.join(', ')}`, onStoreError);
+  }
+  const safetyFactor = options.localFallback?.safetyFactor ?? 1.2;
+  if (typeof safetyFactor !== 'number' || !(safetyFactor >= 1)) {
+    fail('localFallback.safetyFactor', 'must be a number of at least 1', safetyFactor);
+  }
+  const storeErrorStatus = options.storeErrorStatus ?? 429;
+  if (storeErrorStatus !== 429 && storeErrorStatus !== 503)
+    fail('storeErrorStatus', 'must be 429 or 503', storeErrorStatus);
   let logging: ResolvedRateLimitOptions['logging'] = false;
   if (options.logging !== false) {
     const given = options.logging ?? {};
@@ -142,6 +159,11 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
     circuitBreaker,
     redisTimeoutMs: positive('redisTimeoutMs', options.redisTimeoutMs, DEFAULT_REDIS_TIMEOUT_MS),
     onStoreError,
+    localFallback: {
+      safetyFactor,
+      expectedInstances: positive('localFallback.expectedInstances', options.localFallback?.expectedInstances, 2),
+    },
+    storeErrorStatus,
     logging,
     memoryStoreMaxKeys: positive('memoryStoreMaxKeys', options.memoryStoreMaxKeys, DEFAULT_MEMORY_MAX_KEYS),
     clock:

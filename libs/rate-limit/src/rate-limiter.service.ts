@@ -15,7 +15,10 @@ import { ANONYMOUS_IDENTITY, rateLimitKeys } from './rate-limit-key.js';
 import { DEFAULT_LOG_MAX_TRACKED } from './rate-limit.constants.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from './rate-limit.options.js';
 import type { RateLimitRule } from './rules/rate-limit-rule.js';
+import { LocalFallback } from './stores/local-fallback.js';
+import { MemoryRateLimitStore } from './stores/memory-rate-limit.store.js';
 import { type RateLimitConsumption, type RateLimitHit, RateLimitStore } from './stores/rate-limit-store.js';
+import type { RateLimitStoreErrorPolicy } from './store-error-policy.js';
 
 /** Retry-After for requests refused because the store failed under `onStoreError: 'deny'`. */
 const STORE_ERROR_RETRY_MS = 1_000;
@@ -41,6 +44,8 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   private readonly rejections: SampledLogger | undefined;
   private readonly storeErrors: SampledLogger;
   private readonly warned = new Set<string>();
+  /** For `onStoreError: 'local'`; only a shared store (Redis) can fail in a way it covers. */
+  private readonly fallback: LocalFallback | undefined;
 
   constructor(
     @Inject(RESOLVED_RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
@@ -48,6 +53,9 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     configCentre: RateLimitConfigCentre,
   ) {
     this.thresholds = new RuleThresholds(configCentre);
+    if (!(store instanceof MemoryRateLimitStore)) {
+      this.fallback = new LocalFallback({ ...options.localFallback, maxKeys: options.memoryStoreMaxKeys });
+    }
     const { logging } = options;
     if (logging) {
       this.rejections = new SampledLogger(this.logger, {
@@ -80,15 +88,15 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
    */
   async check(rules: readonly RateLimitRule[], context: ExecutionContext): Promise<RateLimitOutcome> {
     const prepared = await Promise.all(rules.map((rule) => this.prepare(rule, context)));
+    const hits = prepared.map((p) => p.hit);
+    const now = this.now();
     let consumption: RateLimitConsumption;
     try {
-      consumption = await this.store.consume(
-        prepared.map((p) => p.hit),
-        this.now(),
-      );
+      consumption = await this.store.consume(hits, now);
     } catch (error) {
-      return this.onStoreError(prepared, error);
+      return this.onStoreError(prepared, error, now ?? Date.now());
     }
+    this.fallback?.remember(hits, consumption, now ?? Date.now());
     const decisions = prepared.map(({ rule, identity }, i): RuleDecision => {
       const decision = consumption.decisions[i];
       return { ...decision, rule, identity: identity ?? ANONYMOUS_IDENTITY, fallback: false };
@@ -201,25 +209,50 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     this.logger.warn(message);
   }
 
-  private onStoreError(prepared: readonly PreparedRule[], error: unknown): RateLimitOutcome {
-    const policy = this.options.onStoreError;
-    const reason = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  /**
+   * Decides a request the store could not: each rule by its `onStoreError` (or the module's).
+   * A `'deny'` rule refuses; otherwise `'local'` rules are decided together by this instance and
+   * `'allow'` rules admit.
+   */
+  private async onStoreError(
+    prepared: readonly PreparedRule[],
+    error: unknown,
+    now: number,
+  ): Promise<RateLimitOutcome> {
+    const policies = prepared.map(({ rule }) => rule.onStoreError ?? this.options.onStoreError);
+    const reason = error instanceof Error ? `${error.constructor.name}: ${error.message}` : String(error);
+    const summary = [...new Set(policies)].join('/');
     this.storeErrors.record(
       reason,
-      `Rate-limit store failed (${reason}); onStoreError '${policy}' ${policy === 'allow' ? 'admitted' : 'refused'} requests`,
+      `Rate-limit store failed (${reason}); requests decided by onStoreError '${summary}'`,
     );
-    const allowed = policy === 'allow';
-    const decisions = prepared.map(({ rule, identity, thresholds }): RuleDecision => ({
-      allowed,
-      limit: thresholds.count,
-      remaining: allowed ? thresholds.count : 0,
-      resetMs: allowed ? thresholds.windowMs : STORE_ERROR_RETRY_MS,
-      rule,
-      identity: identity ?? ANONYMOUS_IDENTITY,
-      fallback: true,
-    }));
-    return outcome(decisions, allowed, []);
+
+    const denied = policies.includes('deny');
+    const localIndices = denied ? [] : policies.flatMap((policy, i) => (policy === 'local' ? [i] : []));
+    const local =
+      localIndices.length > 0 && this.fallback
+        ? await this.fallback.consume(
+            localIndices.map((i) => prepared[i].hit),
+            now,
+          )
+        : undefined;
+    const allowed = !denied && (local?.allowed ?? true);
+    const decisions = prepared.map(({ rule, identity, thresholds }, i): RuleDecision => {
+      const base = { rule, identity: identity ?? ANONYMOUS_IDENTITY, fallback: true, limit: thresholds.count };
+      const localAt = localIndices.indexOf(i);
+      if (local && localAt >= 0) return { ...local.decisions[localAt], ...base };
+      return policies[i] === 'deny' || (policies[i] === 'local' && !allowed)
+        ? { ...base, allowed: policies[i] !== 'deny' && allowed, remaining: 0, resetMs: STORE_ERROR_RETRY_MS }
+        : { ...base, allowed: true, remaining: thresholds.count, resetMs: thresholds.windowMs };
+    });
+    return { ...outcome(decisions, allowed, []), storeError: policyOf(policies) };
   }
+}
+
+/** The policy that decided a request the store could not: 'deny' if any rule denies. */
+function policyOf(policies: readonly RateLimitStoreErrorPolicy[]): RateLimitStoreErrorPolicy {
+  if (policies.includes('deny')) return 'deny';
+  return policies.includes('local') ? 'local' : 'allow';
 }
 
 /** Picks the decision the headers report: the rejecting rule with the longest wait, else the tightest rule. */

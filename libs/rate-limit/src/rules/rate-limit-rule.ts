@@ -1,6 +1,7 @@
 import type { ExecutionContext } from '@nestjs/common';
 import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from '../algorithms/algorithm.js';
 import { type Duration, parseCount, parseDuration } from './duration.js';
+import { type RateLimitStoreErrorPolicy, STORE_ERROR_POLICIES } from '../store-error-policy.js';
 
 /**
  * Computes the identity a request is counted under (a user id, an API key, a tenant).
@@ -47,6 +48,8 @@ export interface RateLimitOptions {
    * a broken stream). The others are refunded when the response ends.
    */
   countOn?: RateLimitCountOn;
+  /** What this rule decides when the store fails; default: the module's `onStoreError`. */
+  onStoreError?: RateLimitStoreErrorPolicy;
 }
 
 export type RateLimitCountOn = 'all' | 'success' | 'failure';
@@ -68,6 +71,8 @@ export interface RateLimitRule {
   /** 0: no penalty. */
   readonly blockMs: number;
   readonly countOn: RateLimitCountOn;
+  /** `undefined`: the module's policy. */
+  readonly onStoreError: RateLimitStoreErrorPolicy | undefined;
 }
 
 /** Thrown at bootstrap for a rule that cannot work; the message names the route and the field. */
@@ -141,6 +146,10 @@ export function validateRule(options: RateLimitOptions, declaredOn: string, defa
   }
   const countOn = options.countOn ?? 'all';
   if (!COUNT_ON.includes(countOn)) fail('countOn', `must be one of ${COUNT_ON.join(', ')}`, countOn);
+  const { onStoreError } = options;
+  if (onStoreError !== undefined && !STORE_ERROR_POLICIES.includes(onStoreError)) {
+    fail('onStoreError', `must be one of ${STORE_ERROR_POLICIES.join(', ')}`, onStoreError);
+  }
   return {
     name,
     declaredOn,
@@ -153,6 +162,7 @@ export function validateRule(options: RateLimitOptions, declaredOn: string, defa
     cost,
     blockMs,
     countOn,
+    onStoreError,
   };
 }
 
