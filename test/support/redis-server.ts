@@ -12,6 +12,8 @@ export interface RedisServer {
   readonly pid: number;
   /** A new client; closed by `stop()`. */
   client(): Redis;
+  /** Ends the process at once (SIGKILL), as a crash would; `stop()` still cleans up. */
+  kill(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -21,8 +23,8 @@ process.once('exit', () => {
 });
 
 /** Starts `redis-server` (from PATH or `REDIS_SERVER_BIN`) on a free loopback port, with no persistence. */
-export async function startRedisServer(extraArgs: readonly string[] = []): Promise<RedisServer> {
-  return startProcess((dir) => ({ args: extraArgs, readyLine: 'Ready to accept connections', dir }));
+export async function startRedisServer(extraArgs: readonly string[] = [], port?: number): Promise<RedisServer> {
+  return startProcess((dir) => ({ args: extraArgs, readyLine: 'Ready to accept connections', dir }), port);
 }
 
 interface LaunchPlan {
@@ -34,16 +36,16 @@ interface LaunchPlan {
   dir: string;
 }
 
-async function startProcess(plan: (dir: string, port: number) => LaunchPlan): Promise<RedisServer> {
+async function startProcess(plan: (dir: string, port: number) => LaunchPlan, fixedPort?: number): Promise<RedisServer> {
   const binary = findRedisServer();
   for (let attempt = 1; ; attempt += 1) {
     try {
-      const port = await freePort();
+      const port = fixedPort ?? (await freePort());
       const dir = mkdtempSync(join(tmpdir(), 'rl-redis-'));
       return await launch(binary, port, plan(dir, port));
     } catch (error) {
       // Another process may take the port between our probe and redis-server's bind.
-      if (attempt >= 3 || !String(error).includes('Address already in use')) throw error;
+      if (fixedPort || attempt >= 3 || !String(error).includes('Address already in use')) throw error;
     }
   }
 }
@@ -137,6 +139,12 @@ async function launch(binary: string, port: number, plan: LaunchPlan): Promise<R
       const client = new Redis({ host: '127.0.0.1', port, lazyConnect: false, maxRetriesPerRequest: 1 });
       clients.push(client);
       return client;
+    },
+    async kill() {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGKILL');
+        await exited;
+      }
     },
     async stop() {
       for (const client of clients) client.disconnect();

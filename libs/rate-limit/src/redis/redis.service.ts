@@ -20,7 +20,15 @@ export class RedisTimeoutError extends Error {
  * down fails at once instead of waiting. No re-sending of calls that were sent but not answered
  * when a connection dropped: Redis may have run them already, and a request must not count twice.
  */
+/**
+ * Reconnect every 50 ms more per attempt, never waiting more than half a second (plus jitter, so
+ * instances do not reconnect in step). ioredis's default doubles up to 5 s, which kept clients off
+ * a freshly promoted master for seconds; a limiter must be back on Redis as soon as it can be.
+ */
+const reconnectDelay = (attempt: number): number => Math.min(attempt * 50, 500) + Math.floor(Math.random() * 50);
+
 const OWN_CLIENT_DEFAULTS: RedisOptions = {
+  retryStrategy: reconnectDelay,
   lazyConnect: true,
   enableOfflineQueue: false,
   autoResendUnfulfilledCommands: false,
@@ -66,10 +74,11 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
       this.redis = given.client;
       this.ownsClient = false;
     } else if ('cluster' in given) {
-      const { lazyConnect, enableOfflineQueue, ...perNode } = OWN_CLIENT_DEFAULTS;
+      const { lazyConnect, enableOfflineQueue, retryStrategy, ...perNode } = OWN_CLIENT_DEFAULTS;
       this.redis = new Cluster(given.cluster, {
         lazyConnect,
         enableOfflineQueue,
+        clusterRetryStrategy: retryStrategy,
         ...given.options,
         redisOptions: { ...perNode, ...given.options?.redisOptions },
       });
