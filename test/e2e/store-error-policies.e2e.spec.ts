@@ -32,6 +32,7 @@ class PoliciesController {
 describe('when Redis cannot decide, each rule follows its onStoreError', () => {
   let server: RedisServer;
   let app: INestApplication;
+  const prefix = uniquePrefix();
 
   beforeAll(async () => {
     server = await startRedisServer();
@@ -40,7 +41,7 @@ describe('when Redis cannot decide, each rule follows its onStoreError', () => {
       controllers: [PoliciesController],
       rateLimit: {
         redis: server.url,
-        keyPrefix: uniquePrefix(),
+        keyPrefix: prefix,
         redisTimeoutMs: 50,
         circuitBreaker: false,
         clock: () => Date.now(),
@@ -92,5 +93,52 @@ describe('when Redis cannot decide, each rule follows its onStoreError', () => {
   it('hands back to Redis once it answers again', async () => {
     const first = await get('/policies/local', 'back').expect(200);
     expect(first.headers['ratelimit-limit']).toBe('10');
+  });
+});
+
+describe('after an outage, Redis counts what the fallback admitted, once', () => {
+  let server: RedisServer;
+  let app: INestApplication;
+  const prefix = uniquePrefix();
+
+  beforeAll(async () => {
+    server = await startRedisServer();
+    vi.useFakeTimers({ toFake: ['Date'] });
+    app = await createTestApp({
+      controllers: [PoliciesController],
+      rateLimit: {
+        redis: server.url,
+        keyPrefix: prefix,
+        redisTimeoutMs: 50,
+        clock: () => Date.now(),
+        circuitBreaker: { consecutiveFailures: 1, halfOpenAfterMs: 1_000 },
+      },
+    });
+  });
+
+  afterAll(async () => {
+    process.kill(server.pid, 'SIGCONT');
+    vi.useRealTimers();
+    await app?.close();
+    await server?.stop();
+  });
+
+  it('records the units admitted while the circuit was open, not those of calls that timed out', async () => {
+    const get = () => request(app.getHttpServer()).get('/policies/local').set('x-user', 'returning');
+    process.kill(server.pid, 'SIGSTOP');
+    // The first call times out (and will still run in Redis); it opens the circuit, so the next
+    // four never reach Redis. All five are admitted locally (10 / 2 instances).
+    for (let i = 0; i < 5; i += 1) await get().expect(200);
+    process.kill(server.pid, 'SIGCONT');
+    vi.setSystemTime(Date.now() + 1_000); // the breaker lets a probe through
+    const back = await get().expect(200);
+    expect(back.headers['ratelimit-limit']).toBe('10');
+    // 1 timed-out call that ran late + 1 probe + 4 recorded = 6, never 10.
+    const key = `${prefix}:{returning}:PoliciesController.local:fw`;
+    const redis = server.client();
+    await vi.waitUntil(async () => (await redis.hget(key, 'c')) === '6', { timeout: 5_000, interval: 20 });
+    const statuses: number[] = [];
+    for (let i = 0; i < 5; i += 1) statuses.push((await get()).status);
+    expect(statuses).toEqual([200, 200, 200, 200, 429]);
   });
 });

@@ -45,6 +45,8 @@ const traffic = fc.array(
     ),
     cost: fc.oneof(fc.constant(1), fc.integer({ min: 0, max: 4 })),
     windowScale: fc.constantFrom(1, 1, 1, 1, 2, 0.5),
+    /** Record the units without deciding (as after an outage) instead of asking. */
+    record: fc.constantFrom(false, false, false, false, false, false, false, false, false, true),
     /** Refund this request (if admitted) that many requests later; -1: never. */
     refundAfter: fc.oneof(fc.constant(-1), fc.constant(-1), fc.integer({ min: 0, max: 5 })),
   }),
@@ -71,14 +73,14 @@ describe('Redis scripts and the embedded store decide and refund alike (property
 
   async function replay(
     rules: RuleShape[],
-    requests: { gapMs: number; cost: number; refundAfter: number; windowScale: number }[],
+    requests: { gapMs: number; cost: number; refundAfter: number; windowScale: number; record: boolean }[],
     t0: number,
   ): Promise<void> {
     const identity = uniquePrefix();
     const memory = new MemoryRateLimitStore(1_000);
     const pending: { due: number; refund: () => Promise<unknown> }[] = [];
     let now = t0;
-    for (const [step, { gapMs, cost, refundAfter, windowScale }] of requests.entries()) {
+    for (const [step, { gapMs, cost, refundAfter, windowScale, record }] of requests.entries()) {
       now += gapMs;
       for (const { refund } of pending.filter((p) => p.due === step)) await refund();
       const hits: RateLimitHit[] = rules.map((shape, i) => ({
@@ -88,6 +90,10 @@ describe('Redis scripts and the embedded store decide and refund alike (property
         blockKey: `p:{${identity}}:r${i}:block`,
         cost,
       }));
+      if (record) {
+        await Promise.all([redisStore.record(hits, now), memory.record(hits, now)]);
+        continue;
+      }
       const [fromRedis, fromMemory] = await Promise.all([redisStore.consume(hits, now), memory.consume(hits, now)]);
       const at = `step ${step} at +${now - t0} ms`;
       if (process.env.DEBUG_DIFF)

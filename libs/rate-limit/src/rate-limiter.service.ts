@@ -15,6 +15,7 @@ import { ANONYMOUS_IDENTITY, rateLimitKeys } from './rate-limit-key.js';
 import { DEFAULT_LOG_MAX_TRACKED } from './rate-limit.constants.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from './rate-limit.options.js';
 import type { RateLimitRule } from './rules/rate-limit-rule.js';
+import { RedisTimeoutError } from './redis/redis.service.js';
 import { LocalFallback } from './stores/local-fallback.js';
 import { MemoryRateLimitStore } from './stores/memory-rate-limit.store.js';
 import { type RateLimitConsumption, type RateLimitHit, RateLimitStore } from './stores/rate-limit-store.js';
@@ -96,7 +97,10 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     } catch (error) {
       return this.onStoreError(prepared, error, now ?? Date.now());
     }
-    this.fallback?.remember(hits, consumption, now ?? Date.now());
+    if (this.fallback) {
+      this.fallback.remember(hits, consumption, now ?? Date.now());
+      if (this.fallback.hasPending) void this.recordFallbackUnits(now);
+    }
     const decisions = prepared.map(({ rule, identity }, i): RuleDecision => {
       const decision = consumption.decisions[i];
       return { ...decision, rule, identity: identity ?? ANONYMOUS_IDENTITY, fallback: false };
@@ -137,6 +141,20 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     } catch (error) {
       const reason = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
       this.storeErrors.record(`refund:${reason}`, `Refund failed (${reason}); those requests stay counted`);
+    }
+  }
+
+  /**
+   * Redis answers again: records in it what the fallback admitted meanwhile (for windows not over
+   * yet), so those requests count against the limit there too. Never throws.
+   */
+  private async recordFallbackUnits(now: number | undefined): Promise<void> {
+    const hits = this.fallback!.takePending(now ?? Date.now());
+    try {
+      for (let i = 0; i < hits.length; i += 100) await this.store.record(hits.slice(i, i + 100), now);
+    } catch (error) {
+      const reason = error instanceof Error ? `${error.constructor.name}: ${error.message}` : String(error);
+      this.storeErrors.record(`record:${reason}`, `Recording requests the fallback admitted failed (${reason})`);
     }
   }
 
@@ -234,6 +252,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         ? await this.fallback.consume(
             localIndices.map((i) => prepared[i].hit),
             now,
+            !(error instanceof RedisTimeoutError),
           )
         : undefined;
     const allowed = !denied && (local?.allowed ?? true);

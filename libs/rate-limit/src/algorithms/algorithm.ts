@@ -30,7 +30,10 @@ export interface AlgorithmStep<State> {
    * would be admitted, if nothing else arrives.
    */
   resetMs: number;
-  /** The state to keep if the request is admitted. */
+  /**
+   * The state with this hit counted: kept when the request is admitted, and when a hit the
+   * store did not see is recorded afterwards (units the fallback admitted while Redis was out).
+   */
   next: State;
   /** How long `next` matters, in ms; past that, no state and stale state decide alike. */
   ttlMs: number;

@@ -23,7 +23,7 @@ export const slidingLog: RateLimitAlgorithm<SlidingLogState> = {
       resetMs = mustLeave > count ? windowMs : entries[mustLeave - 1] + windowMs - now;
     }
     let next = entries;
-    if (allowed && cost > 0) {
+    if (cost > 0) {
       // Oldest first, as Redis orders the sorted set, even when the clock went back.
       const at = entries.findIndex((time) => time > now);
       const added = Array.from({ length: cost }, () => now);

@@ -61,7 +61,7 @@ export const slidingWindow: RateLimitAlgorithm<SlidingWindowState> = {
       allowed,
       remaining: Math.max(0, Math.floor(limit - used + ROUNDING_EPSILON)),
       resetMs,
-      next: { windowMs, index, current: after, previous },
+      next: { windowMs, index, current: current + cost, previous },
       ttlMs: (index + 2) * windowMs - now,
     };
   },

@@ -28,9 +28,9 @@ export const tokenBucket: RateLimitAlgorithm<TokenBucketState> = {
       allowed,
       remaining: Math.max(0, Math.floor(after + ROUNDING_EPSILON)),
       resetMs: allowed ? full : Math.max(0, Math.ceil((cost - tokens) / rate - ROUNDING_EPSILON)),
-      next: { tokens: after, refilledAt },
-      // A clock that went back leaves refilledAt ahead of now: the state matters until it refills.
-      ttlMs: refilledAt - now + full,
+      next: { tokens: tokens - cost, refilledAt },
+      // Until the kept state refills; a clock that went back leaves refilledAt ahead of now.
+      ttlMs: refilledAt - now + Math.max(0, Math.ceil((burst - (tokens - cost)) / rate - ROUNDING_EPSILON)),
     };
   },
   refund(state, { cost, burst }) {

@@ -10,7 +10,7 @@ import { RedisScript } from './redis-script.js';
 export const GRACE_MS = 1_000;
 
 /** ARGV entries per rule, after the three leading ones. */
-const ARGS_PER_RULE = 6;
+const ARGS_PER_RULE = 7;
 const REFUND_ARGS_PER_RULE = 5;
 
 /** Every algorithm's Lua, as the table ALG[name] = { check, commit, refund }. */
@@ -34,7 +34,8 @@ ${GCRA_LUA}`;
  * KEYS: per rule, its state key and its block key (all in one hash slot; the block key holds the
  *       time a `blockFor` penalty ends).
  * ARGV: now in ms (negative: use Redis TIME), a nonce unique to the request, the number of rules,
- *       then per rule: algorithm, limit, window ms, cost, burst, block ms.
+ *       then per rule: algorithm, limit, window ms, cost, burst, block ms, and 1 to record the units
+ *       without deciding (units the fallback admitted while Redis was out), else 0.
  * Returns: all admitted (1/0), now, then per rule: admitted (1/0), remaining, reset ms.
  *
  * Each algorithm's Lua lives in `lua/<algorithm>.lua.ts`, next to its TypeScript twin's contract.
@@ -54,14 +55,19 @@ local all = true
 for i = 1, n do
   local b = 3 + (i - 1) * ${ARGS_PER_RULE}
   local p = { alg = ARGV[b + 1], limit = tonumber(ARGV[b + 2]), window = tonumber(ARGV[b + 3]),
-              cost = tonumber(ARGV[b + 4]), burst = tonumber(ARGV[b + 5]), block = tonumber(ARGV[b + 6]) }
+              cost = tonumber(ARGV[b + 4]), burst = tonumber(ARGV[b + 5]), block = tonumber(ARGV[b + 6]),
+              force = ARGV[b + 7] == '1' }
   local algorithm = ALG[p.alg]
   if not algorithm then return redis.error_reply('unknown algorithm ' .. tostring(p.alg)) end
   -- A block key holds the time the penalty ends, so it follows the same clock as the counters.
   local blockedUntil = 0
-  if p.block > 0 then blockedUntil = tonumber(redis.call('GET', KEYS[2 * i])) or 0 end
+  if p.block > 0 and not p.force then blockedUntil = tonumber(redis.call('GET', KEYS[2 * i])) or 0 end
   local s
-  if blockedUntil > now then
+  if p.force then
+    -- Recording units admitted elsewhere (the fallback, while Redis was out): count, never refuse.
+    s = algorithm.check(KEYS[2 * i - 1], now, p)
+    s.allowed = true
+  elseif blockedUntil > now then
     s = { allowed = false, remaining = 0, reset = blockedUntil - now, blocked = true }
   else
     s = algorithm.check(KEYS[2 * i - 1], now, p)

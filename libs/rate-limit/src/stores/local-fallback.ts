@@ -11,6 +11,13 @@ export interface LocalFallbackOptions {
   maxKeys: number;
 }
 
+/** Units admitted here while the store was out, to record in it once it is back. */
+interface PendingUnits {
+  hit: RateLimitHit;
+  /** After this, the units' window is over and recording them would only punish later requests. */
+  until: number;
+}
+
 /** What Redis last said about a key. */
 interface LastSeen {
   used: number;
@@ -24,15 +31,30 @@ interface LastSeen {
  * the full rate, and admits only while `(last count + elapsed share of the window × limit) ×
  * safetyFactor` plus what it admitted itself stays within the limit. A key Redis never reported on
  * (or whose window has ended) gets an explicit local share, `count / expectedInstances`: never
- * unlimited. What it admits is not written back to Redis (see the README).
+ * unlimited. What it admits without having reached Redis is recorded there once Redis answers
+ * again (`takePending`), for the units whose window is not over by then.
  */
 export class LocalFallback {
   private readonly lastSeen: LRUCache<string, LastSeen>;
   private readonly local: MemoryRateLimitStore;
+  private readonly pending: LRUCache<string, PendingUnits>;
 
   constructor(private readonly options: LocalFallbackOptions) {
     this.lastSeen = new LRUCache({ max: options.maxKeys });
     this.local = new MemoryRateLimitStore(options.maxKeys);
+    this.pending = new LRUCache({ max: options.maxKeys });
+  }
+
+  /** Whether units admitted here wait to be recorded in the store. */
+  get hasPending(): boolean {
+    return this.pending.size > 0;
+  }
+
+  /** The units admitted here whose window is not over, as hits to record; forgets them all. */
+  takePending(now: number): RateLimitHit[] {
+    const hits = [...this.pending.values()].filter((units) => units.until > now).map((units) => units.hit);
+    this.pending.clear();
+    return hits;
   }
 
   /** Notes what Redis reported for each hit of a request. */
@@ -43,8 +65,13 @@ export class LocalFallback {
     });
   }
 
-  /** Decides a request locally, all rules or none, as the Redis store would. */
-  consume(hits: readonly RateLimitHit[], now: number): Promise<RateLimitConsumption> {
+  /**
+   * Decides a request locally, all rules or none, as the Redis store would.
+   * @param unsent true when the failed call never reached Redis (circuit open, no connection): only
+   *   then are the admitted units recorded later. A call that timed out may still run in Redis, and
+   *   recording its units too would count the request twice.
+   */
+  consume(hits: readonly RateLimitHit[], now: number, unsent: boolean): Promise<RateLimitConsumption> {
     const local = hits.map((hit): RateLimitHit => {
       const seen = this.lastSeen.get(hit.key);
       let allowance: number;
@@ -64,11 +91,20 @@ export class LocalFallback {
         limit: allowance,
       };
     });
-    return this.local.consume(local, now).then((consumption) => ({
-      ...consumption,
-      // Report the rule's own limit, not the local allowance.
-      decisions: consumption.decisions.map((decision, i) => ({ ...decision, limit: hits[i].limit })),
-      receipts: undefined,
-    }));
+    return this.local.consume(local, now).then((consumption) => {
+      if (consumption.allowed && unsent) {
+        for (const hit of hits) {
+          const units = this.pending.get(hit.key);
+          if (units) units.hit = { ...units.hit, cost: units.hit.cost + hit.cost };
+          else this.pending.set(hit.key, { hit, until: now + hit.windowMs });
+        }
+      }
+      return {
+        ...consumption,
+        // Report the rule's own limit, not the local allowance.
+        decisions: consumption.decisions.map((decision, i) => ({ ...decision, limit: hits[i].limit })),
+        receipts: undefined,
+      };
+    });
   }
 }

@@ -66,6 +66,15 @@ export class MemoryRateLimitStore extends RateLimitStore {
     });
   }
 
+  record(hits: readonly RateLimitHit[], clock?: number): Promise<void> {
+    const now = Math.floor(clock ?? Date.now());
+    for (const hit of hits) {
+      const step = ALGORITHMS[hit.algorithm].step(this.states.get(hit.key)?.value, hit, now);
+      this.states.set(hit.key, { value: step.next }, { ttl: step.ttlMs + GRACE_MS });
+    }
+    return Promise.resolve();
+  }
+
   refund(refunds: readonly RateLimitRefund[]): Promise<void> {
     for (const { hit, receipt } of refunds) {
       const state = this.states.get(hit.key);

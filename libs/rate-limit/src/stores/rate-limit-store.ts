@@ -68,4 +68,9 @@ export abstract class RateLimitStore {
    * has ended stays ended).
    */
   abstract refund(refunds: readonly RateLimitRefund[]): Promise<void>;
+  /**
+   * Counts units that were admitted without the store (by the fallback while it was out), without
+   * deciding anything: counters may pass their limit.
+   */
+  abstract record(hits: readonly RateLimitHit[], now?: number): Promise<void>;
 }

@@ -82,6 +82,12 @@ export class RedisRateLimitStore extends RateLimitStore {
     if (refunds.length > 0) await this.refund(refunds).catch(() => undefined);
   }
 
+  async record(hits: readonly RateLimitHit[], now?: number): Promise<void> {
+    const nonce = `${PROCESS_NONCE}${(this.sequence++).toString(36)}`;
+    const at = now === undefined ? undefined : Math.floor(now);
+    await Promise.all(this.groupBySlot(hits).map((indices) => this.consumeGroup(hits, indices, at, nonce, true)));
+  }
+
   async refund(refunds: readonly RateLimitRefund[]): Promise<void> {
     // One call per slot and admission (a request's hits share one nonce; slots may differ in time).
     const byCall = new Map<string, RateLimitRefund[]>();
@@ -110,13 +116,14 @@ export class RedisRateLimitStore extends RateLimitStore {
     indices: readonly number[],
     now: number | undefined,
     nonce: string,
+    record = false,
   ): Promise<GroupResult> {
     const keys: string[] = [];
     const args: (string | number)[] = [now ?? -1, nonce, indices.length];
     for (const i of indices) {
       const hit = hits[i];
       keys.push(hit.key, hit.blockKey);
-      args.push(hit.algorithm, hit.limit, hit.windowMs, hit.cost, hit.burst, hit.blockMs);
+      args.push(hit.algorithm, hit.limit, hit.windowMs, hit.cost, hit.burst, hit.blockMs, record ? 1 : 0);
     }
     const reply = (await this.redis.run(CONSUME_SCRIPT, keys, args)) as number[];
     return {

@@ -34,7 +34,7 @@ ALG['sliding-window'] = {
       reset = math.ceil((index + 1) * W + math.max(0, at) - now - ROUNDING_EPSILON)
     end
     return { allowed = allowed, remaining = math.max(0, math.floor(p.limit - used + ROUNDING_EPSILON)), reset = reset,
-             ttl = (index + 2) * W - now, index = index, current = after, previous = previous }
+             ttl = (index + 2) * W - now, index = index, current = current + p.cost, previous = previous }
   end,
   commit = function(key, now, p, s)
     redis.call('HSET', key, 'w', fmt(p.window), 'i', fmt(s.index), 'c', fmt(s.current), 'p', fmt(s.previous))

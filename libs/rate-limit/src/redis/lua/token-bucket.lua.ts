@@ -19,8 +19,9 @@ ALG['token-bucket'] = {
     local full = math.max(0, math.ceil((p.burst - after) / rate - ROUNDING_EPSILON))
     local reset = full
     if not allowed then reset = math.max(0, math.ceil((p.cost - tokens) / rate - ROUNDING_EPSILON)) end
-    return { allowed = allowed, remaining = math.max(0, math.floor(after + ROUNDING_EPSILON)), reset = reset, ttl = refilledAt - now + full,
-             tokens = after, refilledAt = refilledAt }
+    return { allowed = allowed, remaining = math.max(0, math.floor(after + ROUNDING_EPSILON)), reset = reset,
+             ttl = refilledAt - now + math.max(0, math.ceil((p.burst - (tokens - p.cost)) / rate - ROUNDING_EPSILON)),
+             tokens = tokens - p.cost, refilledAt = refilledAt }
   end,
   commit = function(key, now, p, s)
     redis.call('HSET', key, 't', fmt(s.tokens), 'r', fmt(s.refilledAt))

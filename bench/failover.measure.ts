@@ -1,0 +1,116 @@
+/**
+ * Over-admission around a Sentinel failover that loses the last writes.
+ *
+ *   npm run bench:failover
+ *
+ * A master, its replica and three sentinels on loopback. One app instance limits a route to
+ * LIMIT requests per WINDOW (fixed window, one counter) and receives twice that rate, evenly. A few
+ * seconds into the run the replica is detached (REPLICAOF NO ONE), so the counts written after
+ * that exist only on the master; then the master is killed and the sentinels promote the replica,
+ * which lacks those counts. Reported: requests admitted per window of the limiter, against the limit.
+ */
+import { Controller, Get, type INestApplication } from '@nestjs/common';
+import request from 'supertest';
+import { afterAll, beforeAll, describe, it } from 'vitest';
+import { RateLimit } from '@app/rate-limit';
+import { type RedisSentinelSet, startRedisSentinelSet } from '../test/support/redis-server.js';
+import { createTestApp, uniquePrefix } from '../test/support/test-app.js';
+
+const LIMIT = 40;
+const WINDOW_MS = 4_000;
+const RATE_PER_S = (2 * LIMIT) / (WINDOW_MS / 1000);
+const RUN_MS = 24_000;
+const DETACH_AT_MS = 9_000;
+const KILL_AT_MS = 11_000;
+
+@Controller('route')
+class RouteController {
+  @Get()
+  @RateLimit({ name: 'route', count: LIMIT, window: WINDOW_MS, by: 'global' })
+  get() {
+    return {};
+  }
+}
+
+describe('failover with lost writes', () => {
+  let set: RedisSentinelSet;
+  let app: INestApplication;
+
+  beforeAll(async () => {
+    set = await startRedisSentinelSet(1_000);
+    app = await createTestApp({
+      controllers: [RouteController],
+      rateLimit: { redis: { sentinels: set.sentinelAddresses, name: set.name }, keyPrefix: uniquePrefix() },
+    });
+  });
+
+  afterAll(async () => {
+    await app?.close();
+    await set?.stop();
+  });
+
+  it('admitted per window around the failover', async () => {
+    const admittedAt: number[] = [];
+    const started = performance.now();
+    const events: string[] = [];
+    const schedule = [
+      {
+        at: DETACH_AT_MS,
+        run: async () => {
+          await set.replica.client().replicaof('NO', 'ONE');
+          events.push(`+${DETACH_AT_MS} ms: replica detached`);
+        },
+      },
+      {
+        at: KILL_AT_MS,
+        run: async () => {
+          await set.master.kill();
+          events.push(`+${KILL_AT_MS} ms: master killed`);
+        },
+      },
+    ];
+    const pending: Promise<unknown>[] = [];
+    for (let i = 0; i < (RUN_MS / 1000) * RATE_PER_S; i += 1) {
+      const due = (i * 1000) / RATE_PER_S;
+      const wait = due - (performance.now() - started);
+      if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+      while (schedule.length > 0 && schedule[0].at <= due) await schedule.shift()!.run();
+      pending.push(
+        request(app.getHttpServer())
+          .get('/route')
+          .then((response) => {
+            if (response.status === 200) admittedAt.push(due);
+          }),
+      );
+    }
+    await Promise.all(pending);
+
+    const windows = new Map<number, number>();
+    for (const at of admittedAt) {
+      const index = Math.floor(at / WINDOW_MS);
+      windows.set(index, (windows.get(index) ?? 0) + 1);
+    }
+    const rows = [...Array(RUN_MS / WINDOW_MS).keys()].map((index) => {
+      const admitted = windows.get(index) ?? 0;
+      return `| ${index * (WINDOW_MS / 1000)}-${(index + 1) * (WINDOW_MS / 1000)} s | ${admitted} | ${(admitted / LIMIT).toFixed(2)}x |`;
+    });
+    // The limiter's windows start at the first request, so a sliding view catches a window split.
+    const sorted = [...admittedAt].sort((a, b) => a - b);
+    let worst = 0;
+    for (let i = 0; i < sorted.length; i += 1) {
+      let j = i;
+      while (j < sorted.length && sorted[j] < sorted[i] + WINDOW_MS) j += 1;
+      worst = Math.max(worst, j - i);
+    }
+    console.log(
+      [
+        `limit ${LIMIT} per ${WINDOW_MS} ms, offered ${RATE_PER_S}/s (2x the limit)`,
+        ...events,
+        '| window | admitted | of the limit |',
+        '|---|---:|---:|',
+        ...rows,
+        `most admitted within any ${WINDOW_MS} ms: ${worst} (${((worst / LIMIT - 1) * 100).toFixed(0)}% over the limit)`,
+      ].join('\n'),
+    );
+  });
+});
