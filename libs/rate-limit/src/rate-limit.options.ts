@@ -68,6 +68,12 @@ export interface RateLimitModuleOptions {
   ipv6PrefixBits?: number;
   /** When to stop calling a failing Redis (defaults below), or `false` to always call it. */
   circuitBreaker?: RateLimitCircuitBreakerOptions | false;
+  /**
+   * Fixed-window rules counting every request: when Redis reports a clearly lower count for a window
+   * than this instance saw in it (writes lost in a failover), decide on the higher figure and raise
+   * the counter in Redis to it. Default true.
+   */
+  detectLostWrites?: boolean;
 }
 
 /** Options of `forRoot`/`forRootAsync` that shape the module itself, so they cannot come from a factory. */
@@ -93,6 +99,7 @@ export interface ResolvedRateLimitOptions {
   clock: (() => number) | undefined;
   ipv6PrefixBits: number;
   circuitBreaker: Required<RateLimitCircuitBreakerOptions> | false;
+  detectLostWrites: boolean;
 }
 
 const KEY_PREFIX = /^[A-Za-z0-9._:-]{1,32}$/;
@@ -157,6 +164,7 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
   return {
     keyPrefix,
     circuitBreaker,
+    detectLostWrites: options.detectLostWrites ?? true,
     redisTimeoutMs: positive('redisTimeoutMs', options.redisTimeoutMs, DEFAULT_REDIS_TIMEOUT_MS),
     onStoreError,
     localFallback: {

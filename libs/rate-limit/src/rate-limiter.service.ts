@@ -17,6 +17,7 @@ import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from './ra
 import type { RateLimitRule } from './rules/rate-limit-rule.js';
 import { RedisTimeoutError } from './redis/redis.service.js';
 import { LocalFallback } from './stores/local-fallback.js';
+import { RedisRateLimitStore } from './stores/redis-rate-limit.store.js';
 import { MemoryRateLimitStore } from './stores/memory-rate-limit.store.js';
 import { type RateLimitConsumption, type RateLimitHit, RateLimitStore } from './stores/rate-limit-store.js';
 import type { RateLimitStoreErrorPolicy } from './store-error-policy.js';
@@ -98,7 +99,11 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       return this.onStoreError(prepared, error, now ?? Date.now());
     }
     if (this.fallback) {
-      this.fallback.remember(hits, consumption, now ?? Date.now());
+      const at = now ?? Date.now();
+      if (this.options.detectLostWrites && this.store instanceof RedisRateLimitStore) {
+        consumption = await this.guardAgainstLostWrites(prepared, consumption, at, now);
+      }
+      this.fallback.remember(hits, consumption, at);
       if (this.fallback.hasPending) void this.recordFallbackUnits(now);
     }
     const decisions = prepared.map(({ rule, identity }, i): RuleDecision => {
@@ -142,6 +147,53 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       const reason = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
       this.storeErrors.record(`refund:${reason}`, `Refund failed (${reason}); those requests stay counted`);
     }
+  }
+
+  /**
+   * Redis reported clearly less for a fixed window than this instance saw in it: writes were lost
+   * (a failover to a replica that lacked them). Decides on the higher figure, raises the counter in
+   * Redis to it, and if the higher figure refuses the request, takes back what Redis admitted.
+   * Differences within `max(2, 5% of the limit)` are let be: other instances' refunds (Cluster
+   * slot groups) lower a count by a few units. Rules with `countOn` are not checked, since their
+   * refunds lower counts by design.
+   */
+  private async guardAgainstLostWrites(
+    prepared: readonly PreparedRule[],
+    consumption: RateLimitConsumption,
+    at: number,
+    now: number | undefined,
+  ): Promise<RateLimitConsumption> {
+    const store = this.store as RedisRateLimitStore;
+    const raises: { hit: RateLimitHit; figure: number }[] = [];
+    let refused = false;
+    const decisions = consumption.decisions.map((decision, i) => {
+      const { hit, rule } = prepared[i];
+      if (rule.countOn !== 'all') return decision;
+      const lost = this.fallback!.lostUnits(hit, consumption, i, at);
+      if (lost < Math.max(2, Math.ceil(hit.limit * 0.05))) return decision;
+      const figure = this.fallback!.seenUnits(hit) + (consumption.allowed ? hit.cost : 0);
+      raises.push({ hit, figure });
+      this.storeErrors.record(
+        `lost:${hit.key}`,
+        `Redis lost writes of ${hit.key} (a failover?); counting on the higher figure`,
+      );
+      const allowed = decision.allowed && figure <= hit.limit;
+      if (consumption.allowed && !allowed) refused = true;
+      return { ...decision, allowed, remaining: Math.max(0, hit.limit - figure) };
+    });
+    if (raises.length === 0) return consumption;
+    try {
+      if (refused) {
+        const receipts = consumption.receipts!;
+        await store.refund(prepared.map(({ hit }, i) => ({ hit, receipt: receipts[i] })));
+      }
+      for (const { hit, figure } of raises) {
+        await store.raiseFixedWindow(hit, refused ? figure - hit.cost : figure, now);
+      }
+    } catch {
+      // Best effort: the decision below stands either way.
+    }
+    return refused ? { allowed: false, decisions, receipts: undefined } : { ...consumption, decisions };
   }
 
   /**

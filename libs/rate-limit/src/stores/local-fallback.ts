@@ -18,6 +18,9 @@ interface PendingUnits {
   until: number;
 }
 
+/** Two reports of one window end agree within this much (they are computed from two clocks). */
+const WINDOW_MATCH_MS = 50;
+
 /** What Redis last said about a key. */
 interface LastSeen {
   used: number;
@@ -60,9 +63,34 @@ export class LocalFallback {
   /** Notes what Redis reported for each hit of a request. */
   remember(hits: readonly RateLimitHit[], consumption: RateLimitConsumption, now: number): void {
     hits.forEach((hit, i) => {
-      const { remaining, resetMs } = consumption.decisions[i];
-      this.lastSeen.set(hit.key, { used: hit.limit - remaining, seenAt: now, resetAt: now + resetMs });
+      const resetAt = now + consumption.decisions[i].resetMs;
+      const used = committedUnits(hit, consumption, i);
+      const seen = this.lastSeen.get(hit.key);
+      // A fixed window's count never falls: keep the highest figure seen in the same window.
+      const sameWindow =
+        seen && hit.algorithm === 'fixed-window' && Math.abs(resetAt - seen.resetAt) <= WINDOW_MATCH_MS;
+      this.lastSeen.set(hit.key, { used: sameWindow ? Math.max(used, seen.used) : used, seenAt: now, resetAt });
     });
+  }
+
+  /**
+   * How many units of a fixed window Redis lost: how far its count (after this request) is below
+   * what this instance saw in the same window plus this request. Writes lost in a failover look like
+   * this: the promoted replica's counter is lower, and nothing errors. 0 for other algorithms, whose
+   * counts fall within a window by design.
+   */
+  lostUnits(hit: RateLimitHit, consumption: RateLimitConsumption, index: number, now: number): number {
+    if (hit.algorithm !== 'fixed-window') return 0;
+    const seen = this.lastSeen.get(hit.key);
+    const resetAt = now + consumption.decisions[index].resetMs;
+    if (!seen || seen.resetAt <= now || Math.abs(resetAt - seen.resetAt) > WINDOW_MATCH_MS) return 0;
+    const expected = seen.used + (consumption.allowed ? hit.cost : 0);
+    return Math.max(0, expected - committedUnits(hit, consumption, index));
+  }
+
+  /** The highest count this instance saw in the key's current window. */
+  seenUnits(hit: RateLimitHit): number {
+    return this.lastSeen.get(hit.key)?.used ?? 0;
   }
 
   /**
@@ -107,4 +135,14 @@ export class LocalFallback {
       };
     });
   }
+}
+
+/**
+ * Units in the store's counter after a request: a rule's decision reports its count as if the
+ * request were admitted, but when another rule refused the request, this hit was not counted.
+ */
+function committedUnits(hit: RateLimitHit, consumption: RateLimitConsumption, index: number): number {
+  const decision = consumption.decisions[index];
+  const used = hit.limit - decision.remaining;
+  return !consumption.allowed && decision.allowed ? used - hit.cost : used;
 }

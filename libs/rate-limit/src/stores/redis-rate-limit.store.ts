@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { Cluster } from 'ioredis';
 import calculateSlot from 'cluster-key-slot';
-import { CONSUME_SCRIPT, REFUND_SCRIPT } from '../redis/consume.script.js';
+import { CONSUME_SCRIPT, RAISE_FIXED_WINDOW_SCRIPT, REFUND_SCRIPT } from '../redis/consume.script.js';
 import type { RedisService } from '../redis/redis.service.js';
 import {
   type RateLimitConsumption,
@@ -36,6 +36,7 @@ export class RedisRateLimitStore extends RateLimitStore {
     super();
     redis.register(CONSUME_SCRIPT);
     redis.register(REFUND_SCRIPT);
+    redis.register(RAISE_FIXED_WINDOW_SCRIPT);
     this.description = `Redis store (${redis.describe()}; shared across instances)`;
   }
 
@@ -86,6 +87,12 @@ export class RedisRateLimitStore extends RateLimitStore {
     const nonce = `${PROCESS_NONCE}${(this.sequence++).toString(36)}`;
     const at = now === undefined ? undefined : Math.floor(now);
     await Promise.all(this.groupBySlot(hits).map((indices) => this.consumeGroup(hits, indices, at, nonce, true)));
+  }
+
+  /** Raises a fixed window's count to at least `figure` while that window runs (lost-write repair). */
+  async raiseFixedWindow(hit: RateLimitHit, figure: number, now?: number): Promise<void> {
+    const at = now === undefined ? -1 : Math.floor(now);
+    await this.redis.run(RAISE_FIXED_WINDOW_SCRIPT, [hit.key], [at, hit.windowMs, figure]);
   }
 
   async refund(refunds: readonly RateLimitRefund[]): Promise<void> {

@@ -1,0 +1,93 @@
+import { Controller, Get, type INestApplication } from '@nestjs/common';
+import type { Redis } from 'ioredis';
+import request from 'supertest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RateLimit } from '@app/rate-limit';
+import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { createTestApp, uniquePrefix } from '../support/test-app.js';
+
+@Controller('lost')
+class LostController {
+  @Get('twenty')
+  @RateLimit({ name: 'twenty', count: 20, window: '1h', by: 'global' })
+  twenty() {
+    return {};
+  }
+
+  @Get('five')
+  @RateLimit({ name: 'five', count: 5, window: '1h', by: 'global' })
+  five() {
+    return {};
+  }
+}
+
+/**
+ * A failover to a replica that lacked the last writes leaves the same window's counter lower, and
+ * nothing errors. Simulated here by lowering the counter behind the limiter's back.
+ */
+describe('counts lost behind the limiter’s back (as in a failover)', () => {
+  let server: RedisServer;
+  let redis: Redis;
+
+  beforeAll(async () => {
+    server = await startRedisServer();
+    redis = server.client();
+  });
+
+  afterAll(() => server?.stop());
+
+  async function appWith(detectLostWrites: boolean): Promise<{ app: INestApplication; prefix: string }> {
+    const prefix = uniquePrefix();
+    const app = await createTestApp({
+      controllers: [LostController],
+      rateLimit: { redis: server.url, keyPrefix: prefix, detectLostWrites },
+    });
+    return { app, prefix };
+  }
+
+  async function statuses(app: INestApplication, path: string, n: number): Promise<number[]> {
+    const result: number[] = [];
+    for (let i = 0; i < n; i += 1) result.push((await request(app.getHttpServer()).get(path)).status);
+    return result;
+  }
+
+  it('decides on the higher figure it saw and raises the counter back', async () => {
+    const { app, prefix } = await appWith(true);
+    try {
+      const key = `${prefix}:{global}:twenty:fw`;
+      expect(await statuses(app, '/lost/twenty', 10)).toEqual(Array(10).fill(200));
+      await redis.hset(key, 'c', 2); // 8 writes lost
+      const next = await request(app.getHttpServer()).get('/lost/twenty').expect(200);
+      expect(next.headers['ratelimit-remaining']).toBe('9');
+      expect(await redis.hget(key, 'c')).toBe('11');
+      expect(await statuses(app, '/lost/twenty', 10)).toEqual([...Array(9).fill(200), 429]);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('refuses a request the higher figure refuses, and counts it nowhere', async () => {
+    const { app, prefix } = await appWith(true);
+    try {
+      const key = `${prefix}:{global}:five:fw`;
+      expect(await statuses(app, '/lost/five', 6)).toEqual([200, 200, 200, 200, 200, 429]);
+      await redis.hset(key, 'c', 1);
+      await request(app.getHttpServer()).get('/lost/five').expect(429);
+      expect(await redis.hget(key, 'c')).toBe('5');
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('over-admits without the check (detectLostWrites: false), which is what the check prevents', async () => {
+    const { app, prefix } = await appWith(false);
+    try {
+      const key = `${prefix}:{global}:five:fw`;
+      expect(await statuses(app, '/lost/five', 6)).toEqual([200, 200, 200, 200, 200, 429]);
+      await redis.hset(key, 'c', 1);
+      expect(await statuses(app, '/lost/five', 5)).toEqual([200, 200, 200, 200, 429]);
+    } finally {
+      await app.close();
+    }
+  });
+});
