@@ -1,7 +1,8 @@
 /**
  * Over-admission around a Sentinel failover that loses the last writes.
  *
- *   npm run bench:failover
+ *   npm run bench:failover                            # the defences on
+ *   DETECT_LOST_WRITES=false npm run bench:failover   # without the lost-write check
  *
  * A master, its replica and three sentinels on loopback. One app instance limits a route to
  * LIMIT requests per WINDOW (fixed window, one counter) and receives twice that rate, evenly. A few
@@ -41,7 +42,12 @@ describe('failover with lost writes', () => {
     set = await startRedisSentinelSet(1_000);
     app = await createTestApp({
       controllers: [RouteController],
-      rateLimit: { redis: { sentinels: set.sentinelAddresses, name: set.name }, keyPrefix: uniquePrefix() },
+      rateLimit: {
+        redis: { sentinels: set.sentinelAddresses, name: set.name },
+        keyPrefix: uniquePrefix(),
+        // DETECT_LOST_WRITES=false measures without the lost-write check, for contrast.
+        detectLostWrites: process.env.DETECT_LOST_WRITES !== 'false',
+      },
     });
   });
 
@@ -105,7 +111,7 @@ describe('failover with lost writes', () => {
     }
     console.log(
       [
-        `limit ${LIMIT} per ${WINDOW_MS} ms, offered ${RATE_PER_S}/s (2x the limit)`,
+        `limit ${LIMIT} per ${WINDOW_MS} ms, offered ${RATE_PER_S}/s (2x the limit), detectLostWrites ${process.env.DETECT_LOST_WRITES !== 'false'}`,
         ...events,
         '| window | admitted | of the limit |',
         '|---|---:|---:|',
