@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RateLimit, RateLimitGuard, RateLimitInterceptor, RateLimitModule, RedisService } from '@app/rate-limit';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { LogCapture } from '../support/log-capture.js';
-import { uniquePrefix } from '../support/test-app.js';
+import { createTestApp, uniquePrefix } from '../support/test-app.js';
 
 @Controller('opt-in')
 @UseGuards(RateLimitGuard)
@@ -152,6 +152,32 @@ describe('bootstrap failures', () => {
       const clients = await server.client().client('LIST');
       expect(String(clients)).not.toContain('name=rate-limit');
     } finally {
+      await server.stop();
+    }
+  });
+
+  it('do not come from a paused Redis: the app starts after a bounded wait and serves by onStoreError', async () => {
+    const server = await startRedisServer();
+    process.kill(server.pid, 'SIGSTOP');
+    try {
+      @Controller('paused')
+      class PausedController {
+        @Get()
+        @RateLimit(5, '1m')
+        get() {}
+      }
+      const app = await createTestApp({
+        controllers: [PausedController],
+        rateLimit: { redis: server.url, keyPrefix: uniquePrefix(), redisTimeoutMs: 50 },
+      });
+      try {
+        const response = await request(app.getHttpServer()).get('/paused').expect(200);
+        expect(response.headers['ratelimit-limit']).toBeUndefined();
+      } finally {
+        await app.close();
+      }
+    } finally {
+      process.kill(server.pid, 'SIGCONT');
       await server.stop();
     }
   });

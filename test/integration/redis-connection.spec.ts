@@ -2,18 +2,27 @@ import { type Server, type Socket, connect, createServer } from 'node:net';
 import { once } from 'node:events';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RateLimitStore, RedisService } from '@app/rate-limit';
+import { Controller, Get } from '@nestjs/common';
+import request from 'supertest';
+import { RateLimit, type RateLimitStore, type RedisService } from '@app/rate-limit';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { RedisService as RedisServiceToken } from '@app/rate-limit';
 import { createStore, hit } from '../support/store-module.js';
-import { uniquePrefix } from '../support/test-app.js';
+import { createTestApp, uniquePrefix } from '../support/test-app.js';
+import { LogCapture } from '../support/log-capture.js';
 
 /** A loopback TCP proxy to Redis that can drop the connection just as a script's reply comes back. */
 class DroppingProxy {
   private readonly server: Server;
   private dropNextArrayReply = false;
+  private refuseUntil = 0;
 
   constructor(redisPort: number) {
     this.server = createServer((client: Socket) => {
+      if (performance.now() < this.refuseUntil) {
+        client.destroy();
+        return;
+      }
       const upstream = connect(redisPort, '127.0.0.1');
       client.on('data', (data) => upstream.write(data));
       upstream.on('data', (data) => {
@@ -42,6 +51,11 @@ class DroppingProxy {
     this.dropNextArrayReply = true;
   }
 
+  /** Closes new connections at once for a while, as a server that is restarting would. */
+  refuseConnectionsFor(ms: number): void {
+    this.refuseUntil = performance.now() + ms;
+  }
+
   close(): void {
     this.server.close();
   }
@@ -51,6 +65,7 @@ describe('the library’s own Redis connection', () => {
   let server: RedisServer;
   let redis: Redis;
   let proxy: DroppingProxy;
+  let proxyPort: number;
   let store: RateLimitStore;
   let service: RedisService;
   let close: () => Promise<void>;
@@ -59,7 +74,8 @@ describe('the library’s own Redis connection', () => {
     server = await startRedisServer();
     redis = server.client();
     proxy = new DroppingProxy(server.port);
-    const port = await proxy.listen();
+    proxyPort = await proxy.listen();
+    const port = proxyPort;
     ({
       store,
       redis: service,
@@ -86,5 +102,41 @@ describe('the library’s own Redis connection', () => {
     const next = await store.consume([hit(key, limits)]);
     expect(next.decisions[0].remaining).toBe(98);
     expect(await redis.hget(key, 'c')).toBe('2');
+  });
+
+  it('never records again a request whose call may have run, when the fallback admitted it', async () => {
+    @Controller('dropped')
+    class DroppedController {
+      @Get()
+      @RateLimit({ name: 'dropped', count: 100, window: '1h', by: 'global' })
+      get() {
+        return {};
+      }
+    }
+    const prefix = uniquePrefix();
+    const logs = new LogCapture();
+    const app = await createTestApp({
+      controllers: [DroppedController],
+      rateLimit: { redis: `redis://127.0.0.1:${proxyPort}`, keyPrefix: prefix, redisTimeoutMs: 1_000 },
+      logger: logs,
+    });
+    try {
+      const key = `${prefix}:{global}:dropped:fw`;
+      proxy.dropNextReply();
+      // The reconnect fails too: the call's fate is unknown to the client.
+      proxy.refuseConnectionsFor(300);
+      // The call ran in Redis, its reply was lost with the connection: the fallback admits it.
+      await request(app.getHttpServer()).get('/dropped').expect(200);
+      expect(await redis.hget(key, 'c')).toBe('1');
+      expect(logs.at('error', /Rate-limit store failed/)).toHaveLength(1);
+      const service = app.get(RedisServiceToken);
+      if (service.client.status !== 'ready') await once(service.client, 'ready');
+      // Recording (if any) is sent right after the first answer, before the second request's call.
+      await request(app.getHttpServer()).get('/dropped').expect(200);
+      await request(app.getHttpServer()).get('/dropped').expect(200);
+      expect(await redis.hget(key, 'c')).toBe('3');
+    } finally {
+      await app.close();
+    }
   });
 });

@@ -15,7 +15,7 @@ import { ANONYMOUS_IDENTITY, rateLimitKeys } from './rate-limit-key.js';
 import { DEFAULT_LOG_MAX_TRACKED } from './rate-limit.constants.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from './rate-limit.options.js';
 import type { RateLimitRule } from './rules/rate-limit-rule.js';
-import { RedisTimeoutError } from './redis/redis.service.js';
+import { neverReachedRedis } from './redis/unsent-error.js';
 import { LocalFallback } from './stores/local-fallback.js';
 import { RedisRateLimitStore } from './stores/redis-rate-limit.store.js';
 import { MemoryRateLimitStore } from './stores/memory-rate-limit.store.js';
@@ -101,7 +101,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     if (this.fallback) {
       const at = now ?? Date.now();
       if (this.options.detectLostWrites && this.store instanceof RedisRateLimitStore) {
-        consumption = await this.guardAgainstLostWrites(prepared, consumption, at, now);
+        consumption = await this.guardAgainstLostWrites(prepared, consumption, at);
       }
       this.fallback.remember(hits, consumption, at);
       if (this.fallback.hasPending) void this.recordFallbackUnits(now);
@@ -161,39 +161,54 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     prepared: readonly PreparedRule[],
     consumption: RateLimitConsumption,
     at: number,
-    now: number | undefined,
   ): Promise<RateLimitConsumption> {
     const store = this.store as RedisRateLimitStore;
-    const raises: { hit: RateLimitHit; figure: number }[] = [];
+    const raises: { hit: RateLimitHit; windowStart: number; figure: number }[] = [];
     let refused = false;
     const decisions = consumption.decisions.map((decision, i) => {
       const { hit, rule } = prepared[i];
-      if (rule.countOn !== 'all') return decision;
+      const decidedAt = consumption.decidedAt?.[i];
+      if (rule.countOn !== 'all' || decidedAt === undefined) return decision;
       const lost = this.fallback!.lostUnits(hit, consumption, i, at);
       if (lost < Math.max(2, Math.ceil(hit.limit * 0.05))) return decision;
-      const figure = this.fallback!.seenUnits(hit) + (consumption.allowed ? hit.cost : 0);
-      raises.push({ hit, figure });
+      const seen = this.fallback!.seenUnits(hit);
+      const figure = seen + (consumption.allowed ? hit.cost : 0);
       this.storeErrors.record(
         `lost:${hit.key}`,
         `Redis lost writes of ${hit.key} (a failover?); counting on the higher figure`,
       );
       const allowed = decision.allowed && figure <= hit.limit;
       if (consumption.allowed && !allowed) refused = true;
+      // The window the decision was made in: fixed-window's reset is its end, in store time.
+      raises.push({ hit, windowStart: decidedAt + decision.resetMs - hit.windowMs, figure });
       return { ...decision, allowed, remaining: Math.max(0, hit.limit - figure) };
     });
     if (raises.length === 0) return consumption;
+    if (refused) {
+      // This request is taken back: the figures to keep leave it out.
+      for (const raise of raises) raise.figure -= raise.hit.cost;
+    }
     try {
       if (refused) {
         const receipts = consumption.receipts!;
         await store.refund(prepared.map(({ hit }, i) => ({ hit, receipt: receipts[i] })));
       }
-      for (const { hit, figure } of raises) {
-        await store.raiseFixedWindow(hit, refused ? figure - hit.cost : figure, now);
-      }
+      for (const { hit, windowStart, figure } of raises) await store.raiseFixedWindow(hit, windowStart, figure);
     } catch {
       // Best effort: the decision below stands either way.
     }
-    return refused ? { allowed: false, decisions, receipts: undefined } : { ...consumption, decisions };
+    if (refused) {
+      // Remember what Redis now holds, without the refused request.
+      return {
+        allowed: false,
+        decisions: decisions.map((decision, i) => {
+          const raise = raises.find((r) => r.hit === prepared[i].hit);
+          return raise ? { ...decision, remaining: Math.max(0, raise.hit.limit - raise.figure) } : decision;
+        }),
+        receipts: undefined,
+      };
+    }
+    return { ...consumption, decisions };
   }
 
   /**
@@ -304,7 +319,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         ? await this.fallback.consume(
             localIndices.map((i) => prepared[i].hit),
             now,
-            !(error instanceof RedisTimeoutError),
+            neverReachedRedis(error),
           )
         : undefined;
     const allowed = !denied && (local?.allowed ?? true);

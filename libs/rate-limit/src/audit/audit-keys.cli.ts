@@ -21,15 +21,19 @@ if (repairTtlMs === undefined) throw new Error(`--ttl: '${values.ttl}' is not a 
 
 const connection = redisOptionsFromEnv();
 if (connection === undefined) throw new Error('Set REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES');
+// Fail fast rather than queue commands for a server that is not there; connect before scanning,
+// so a Cluster knows its masters.
+const failFast = { lazyConnect: true, enableOfflineQueue: false, connectTimeout: 5_000, maxRetriesPerRequest: 1 };
 const client =
   typeof connection === 'string'
-    ? new Redis(connection)
+    ? new Redis(connection, failFast)
     : 'cluster' in connection
-      ? new Cluster(connection.cluster)
-      : new Redis(connection as RedisOptions);
+      ? new Cluster(connection.cluster, { lazyConnect: true, enableOfflineQueue: false })
+      : new Redis({ ...(connection as RedisOptions), ...failFast });
 const keyPrefix = process.env.RATE_LIMIT_PREFIX || 'rl';
 
 try {
+  await client.connect();
   const report = await auditRateLimitKeys(client, { keyPrefix, repairTtlMs: values.repair ? repairTtlMs : undefined });
   for (const key of report.withoutTtl) console.log(`no TTL: ${key}`);
   console.log(

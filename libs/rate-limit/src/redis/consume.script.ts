@@ -119,24 +119,18 @@ return n
 
 /**
  * Raises a fixed window's count to at least a figure an instance saw in it, after Redis reported
- * less (writes lost in a failover). "At least", so instances repairing at once never add up, and
- * only while that window runs.
+ * less (writes lost in a failover). "At least", so instances repairing at once never add up; and
+ * only that window (by its start), never one that began since.
  *
- * KEYS: the state key. ARGV: now in ms (negative: Redis TIME), window ms, the figure.
+ * KEYS: the state key. ARGV: the window's start (store time), the figure.
  */
 export const RAISE_FIXED_WINDOW_SCRIPT = new RedisScript(
   'raise-fixed-window',
   `
 local function fmt(x) return string.format('%.17g', x) end
-local now = tonumber(ARGV[1])
-if now < 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local window, figure = tonumber(ARGV[2]), tonumber(ARGV[3])
+local start, figure = tonumber(ARGV[1]), tonumber(ARGV[2])
 local st = redis.call('HMGET', KEYS[1], 's', 'c')
-local start, count = tonumber(st[1]), tonumber(st[2])
-if start and count and now < start + window and count < figure then
+if tonumber(st[1]) == start and tonumber(st[2]) and tonumber(st[2]) < figure then
   redis.call('HSET', KEYS[1], 'c', fmt(figure))
   return 1
 end

@@ -25,6 +25,9 @@ export class RedisTimeoutError extends Error {
  * instances do not reconnect in step). ioredis's default doubles up to 5 s, which kept clients off
  * a freshly promoted master for seconds; a limiter must be back on Redis as soon as it can be.
  */
+/** How long the app's start waits for Redis before serving without it. */
+const BOOTSTRAP_CONNECT_MS = 3_000;
+
 const reconnectDelay = (attempt: number): number => Math.min(attempt * 50, 500) + Math.floor(Math.random() * 50);
 
 const OWN_CLIENT_DEFAULTS: RedisOptions = {
@@ -151,8 +154,12 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   async onApplicationBootstrap(): Promise<void> {
     if (!this.redis) return;
     if (this.ownsClient && this.redis.status === 'wait') {
+      // connect() settles only once the server answers; a paused server, or sentinels that are all
+      // down, would hold the app's start for ever. Wait a bounded time, then serve by onStoreError.
+      const connecting = this.redis.connect();
+      connecting.catch(() => undefined);
       try {
-        await this.redis.connect();
+        await withDeadline(connecting, BOOTSTRAP_CONNECT_MS, 'the connection');
       } catch (error) {
         // Not fatal: the client keeps reconnecting, and until it is back requests follow onStoreError.
         this.logger.error(`Redis (${this.describe()}) is not reachable yet: ${String(error)}`);

@@ -24,6 +24,8 @@ const WINDOW_MATCH_MS = 50;
 /** What Redis last said about a key. */
 interface LastSeen {
   used: number;
+  /** The rule's limit then: a changed limit changes the reported count, not a loss. */
+  limit: number;
   seenAt: number;
   resetAt: number;
 }
@@ -69,7 +71,12 @@ export class LocalFallback {
       // A fixed window's count never falls: keep the highest figure seen in the same window.
       const sameWindow =
         seen && hit.algorithm === 'fixed-window' && Math.abs(resetAt - seen.resetAt) <= WINDOW_MATCH_MS;
-      this.lastSeen.set(hit.key, { used: sameWindow ? Math.max(used, seen.used) : used, seenAt: now, resetAt });
+      this.lastSeen.set(hit.key, {
+        used: sameWindow && seen.limit === hit.limit ? Math.max(used, seen.used) : used,
+        limit: hit.limit,
+        seenAt: now,
+        resetAt,
+      });
     });
   }
 
@@ -83,7 +90,8 @@ export class LocalFallback {
     if (hit.algorithm !== 'fixed-window') return 0;
     const seen = this.lastSeen.get(hit.key);
     const resetAt = now + consumption.decisions[index].resetMs;
-    if (!seen || seen.resetAt <= now || Math.abs(resetAt - seen.resetAt) > WINDOW_MATCH_MS) return 0;
+    if (!seen || seen.limit !== hit.limit) return 0;
+    if (seen.resetAt <= now || Math.abs(resetAt - seen.resetAt) > WINDOW_MATCH_MS) return 0;
     const expected = seen.used + (consumption.allowed ? hit.cost : 0);
     return Math.max(0, expected - committedUnits(hit, consumption, index));
   }
@@ -122,9 +130,17 @@ export class LocalFallback {
     return this.local.consume(local, now).then((consumption) => {
       if (consumption.allowed && unsent) {
         for (const hit of hits) {
+          // Recorded only into the window these units belong to: the one Redis reported, if it
+          // still runs, else one starting now.
+          const seen = this.lastSeen.get(hit.key);
+          const until = seen && seen.resetAt > now ? seen.resetAt : now + hit.windowMs;
           const units = this.pending.get(hit.key);
-          if (units) units.hit = { ...units.hit, cost: units.hit.cost + hit.cost };
-          else this.pending.set(hit.key, { hit, until: now + hit.windowMs });
+          if (units && units.until > now) {
+            units.hit = { ...units.hit, cost: units.hit.cost + hit.cost };
+            units.until = Math.min(units.until, until);
+          } else {
+            this.pending.set(hit.key, { hit, until });
+          }
         }
       }
       return {

@@ -43,6 +43,8 @@ export interface RateLimitConsumption {
   decisions: RateLimitDecision[];
   /** One per hit when `allowed`: what `refund` needs. */
   receipts: RateLimitReceipt[] | undefined;
+  /** Redis stores: the store's time of each hit's decision (Redis `TIME`, or the given clock). */
+  decidedAt?: number[];
 }
 
 /** An admitted hit to take back. */

@@ -3,6 +3,7 @@ import { Cluster } from 'ioredis';
 import calculateSlot from 'cluster-key-slot';
 import { CONSUME_SCRIPT, RAISE_FIXED_WINDOW_SCRIPT, REFUND_SCRIPT } from '../redis/consume.script.js';
 import type { RedisService } from '../redis/redis.service.js';
+import { UnsentCallsError, neverReachedRedis } from '../redis/unsent-error.js';
 import {
   type RateLimitConsumption,
   type RateLimitDecision,
@@ -46,23 +47,31 @@ export class RedisRateLimitStore extends RateLimitStore {
     const at = now === undefined ? undefined : Math.floor(now);
     const groups = this.groupBySlot(hits);
     const settled = await Promise.allSettled(groups.map((indices) => this.consumeGroup(hits, indices, at, nonce)));
-    const failed = settled.find((result) => result.status === 'rejected');
-    if (failed && groups.length > 1) {
+    const failures = settled.flatMap((result) => (result.status === 'rejected' ? [result.reason as unknown] : []));
+    if (failures.length > 0 && groups.length > 1) {
       // Some slot failed: take back what the others admitted, then let onStoreError decide.
       const admitted = settled.flatMap((result) =>
         result.status === 'fulfilled' && result.value.allowed ? [result.value] : [],
       );
-      await this.refundGroups(hits, admitted, nonce);
+      const refunded = await this.refundGroups(hits, admitted, nonce);
+      // Nothing of this request is left in Redis only if no failed call was sent and every refund
+      // landed; otherwise report a failure that may have run, so nothing counts it again.
+      const mayHaveRun = failures.find((failure) => !neverReachedRedis(failure));
+      if (mayHaveRun !== undefined) throw mayHaveRun;
+      if (!refunded) throw new Error(`Refunding Cluster slots failed after: ${String(failures[0])}`);
+      throw new UnsentCallsError(String(failures[0]));
     }
-    if (failed) throw failed.reason;
+    if (failures.length > 0) throw failures[0];
     const results = settled.map((result) => (result as PromiseFulfilledResult<GroupResult>).value);
     const allowed = results.every((result) => result.allowed);
     const decisions: RateLimitDecision[] = [];
     const receipts: RateLimitReceipt[] = [];
+    const decidedAt: number[] = [];
     for (const result of results) {
       result.indices.forEach((hitIndex, i) => {
         decisions[hitIndex] = result.decisions[i];
         receipts[hitIndex] = { admittedAt: result.admittedAt, nonce };
+        decidedAt[hitIndex] = result.admittedAt;
       });
     }
     if (!allowed && results.length > 1) {
@@ -72,15 +81,26 @@ export class RedisRateLimitStore extends RateLimitStore {
         nonce,
       );
     }
-    return { allowed, decisions, receipts: allowed ? receipts : undefined };
+    return { allowed, decisions, receipts: allowed ? receipts : undefined, decidedAt };
   }
 
-  /** Best effort: if a refund fails, those counters over-count, which errs on the safe side. */
-  private async refundGroups(hits: readonly RateLimitHit[], groups: readonly GroupResult[], nonce: string) {
+  /**
+   * Best effort: if a refund fails, those counters over-count, which errs on the safe side.
+   * Resolves with whether every refund landed.
+   */
+  private async refundGroups(
+    hits: readonly RateLimitHit[],
+    groups: readonly GroupResult[],
+    nonce: string,
+  ): Promise<boolean> {
     const refunds = groups.flatMap((group) =>
       group.indices.map((i) => ({ hit: hits[i], receipt: { admittedAt: group.admittedAt, nonce } })),
     );
-    if (refunds.length > 0) await this.refund(refunds).catch(() => undefined);
+    if (refunds.length === 0) return true;
+    return this.refund(refunds).then(
+      () => true,
+      () => false,
+    );
   }
 
   async record(hits: readonly RateLimitHit[], now?: number): Promise<void> {
@@ -89,10 +109,12 @@ export class RedisRateLimitStore extends RateLimitStore {
     await Promise.all(this.groupBySlot(hits).map((indices) => this.consumeGroup(hits, indices, at, nonce, true)));
   }
 
-  /** Raises a fixed window's count to at least `figure` while that window runs (lost-write repair). */
-  async raiseFixedWindow(hit: RateLimitHit, figure: number, now?: number): Promise<void> {
-    const at = now === undefined ? -1 : Math.floor(now);
-    await this.redis.run(RAISE_FIXED_WINDOW_SCRIPT, [hit.key], [at, hit.windowMs, figure]);
+  /**
+   * Raises the count of the fixed window that started at `windowStart` (store time) to at least
+   * `figure`, if that window is still the key's (lost-write repair).
+   */
+  async raiseFixedWindow(hit: RateLimitHit, windowStart: number, figure: number): Promise<void> {
+    await this.redis.run(RAISE_FIXED_WINDOW_SCRIPT, [hit.key], [windowStart, figure]);
   }
 
   async refund(refunds: readonly RateLimitRefund[]): Promise<void> {
