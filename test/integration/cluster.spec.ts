@@ -72,6 +72,34 @@ describe('on a 3-master Redis Cluster', () => {
     }
   });
 
+  it('finds every key it writes where it reads it: on the master that owns the key’s slot', async () => {
+    const prefix = uniquePrefix();
+    const app = await createTestApp({
+      controllers: [ClusterController],
+      rateLimit: { redis: { cluster: cluster.startupNodes }, keyPrefix: prefix },
+    });
+    try {
+      for (let user = 0; user < 30; user += 1) {
+        await request(app.getHttpServer()).get('/cluster').set('x-user', `spread-${user}`).expect(200);
+      }
+      // Which node owns which slots, as the cluster itself says.
+      const ranges = await reader.cluster('SLOTS');
+      const ownerOf = (slot: number) => ranges.find(([from, to]) => slot >= from && slot <= to)![2][1];
+      let found = 0;
+      for (const node of cluster.nodes) {
+        for (const key of await node.client().keys(`${prefix}:*`)) {
+          const slot = Number(await reader.cluster('KEYSLOT', key));
+          expect(ownerOf(slot)).toBe(node.port);
+          expect(await reader.exists(key)).toBe(1); // routed reads find it
+          found += 1;
+        }
+      }
+      expect(found).toBe(31); // 30 users and the route
+    } finally {
+      await app.close();
+    }
+  });
+
   describe('the store', () => {
     let store: RateLimitStore;
     let close: () => Promise<void>;
