@@ -160,59 +160,82 @@ async function launch(binary: string, port: number, plan: LaunchPlan): Promise<R
   };
 }
 
-/** A Redis Cluster of masters this test file started: each a redis-server on its own port. */
+/** A Redis Cluster this test file started: each node a redis-server on its own port. */
 export interface RedisCluster {
+  /** The masters, in slot order (the first owns the lowest slots). */
   readonly nodes: readonly RedisServer[];
-  /** `{ host, port }` of every node, for `new Cluster(...)` or `redis: { cluster }`. */
+  /** `replicas[i]` replicates `nodes[i]` (empty without replicas). */
+  readonly replicas: readonly RedisServer[];
+  /** `{ host, port }` of every master, for `new Cluster(...)` or `redis: { cluster }`. */
   readonly startupNodes: { host: string; port: number }[];
   stop(): Promise<void>;
 }
 
+const CLUSTER_NODE_ARGS = [
+  '--cluster-enabled',
+  'yes',
+  '--cluster-config-file',
+  'nodes.conf',
+  '--cluster-node-timeout',
+  '2000',
+];
+
 /**
  * Starts `masters` cluster-enabled redis-servers, gives each an even share of the 16384 slots,
- * joins them, and resolves once every node reports `cluster_state:ok`.
+ * optionally one replica each, joins them, and resolves once every node reports
+ * `cluster_state:ok` and every replica is in sync.
  */
-export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
-  const nodes = await Promise.all(
-    Array.from({ length: masters }, () =>
-      startRedisServer([
-        '--cluster-enabled',
-        'yes',
-        '--cluster-config-file',
-        'nodes.conf',
-        '--cluster-node-timeout',
-        '2000',
-      ]),
-    ),
-  );
+export async function startRedisCluster(masters = 3, withReplicas = false): Promise<RedisCluster> {
+  const start = () => Promise.all(Array.from({ length: masters }, () => startRedisServer(CLUSTER_NODE_ARGS)));
+  const nodes = await start();
+  const replicas = withReplicas ? await start() : [];
+  const all = [...nodes, ...replicas];
   const stop = async () => {
-    await Promise.all(nodes.map((node) => node.stop()));
+    await Promise.all(all.map((node) => node.stop()));
   };
   try {
-    const clients = nodes.map((node) => node.client());
+    const clients = all.map((node) => node.client());
     const share = Math.ceil(16384 / masters);
     await Promise.all(
-      clients.map((client, i) =>
-        client.call('CLUSTER', 'ADDSLOTSRANGE', String(i * share), String(Math.min(16383, (i + 1) * share - 1))),
-      ),
+      clients
+        .slice(0, masters)
+        .map((client, i) =>
+          client.call('CLUSTER', 'ADDSLOTSRANGE', String(i * share), String(Math.min(16383, (i + 1) * share - 1))),
+        ),
     );
-    await Promise.all(nodes.slice(1).map((node) => clients[0].call('CLUSTER', 'MEET', '127.0.0.1', String(node.port))));
+    await Promise.all(all.slice(1).map((node) => clients[0].call('CLUSTER', 'MEET', '127.0.0.1', String(node.port))));
     // Gossip settles in well under a second; poll a bounded number of times.
-    for (let attempt = 0; ; attempt += 1) {
-      const states = await Promise.all(clients.map((client) => client.call('CLUSTER', 'INFO') as Promise<string>));
+    const settle = async (check: () => Promise<boolean>, what: string) => {
+      for (let attempt = 0; !(await check()); attempt += 1) {
+        if (attempt >= 300) throw new Error(`cluster: ${what} not reached in time`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    };
+    await settle(async () => {
       const known = await Promise.all(clients.map((client) => client.call('CLUSTER', 'NODES') as Promise<string>));
-      const ready = states.every((info) => info.includes('cluster_state:ok'));
-      const joined = known.every((list) => list.trim().split('\n').length === masters);
-      if (ready && joined) break;
-      if (attempt >= 200) throw new Error(`cluster not ready after ${attempt} checks:\n${states.join('\n')}`);
-      await new Promise((resolve) => setTimeout(resolve, 50));
+      return known.every((list) => list.trim().split('\n').length === all.length);
+    }, 'every node knowing every other');
+    if (withReplicas) {
+      const ids = await Promise.all(
+        clients.slice(0, masters).map((client) => client.call('CLUSTER', 'MYID') as Promise<string>),
+      );
+      await Promise.all(clients.slice(masters).map((client, i) => client.call('CLUSTER', 'REPLICATE', ids[i])));
+      await settle(async () => {
+        const links = await Promise.all(clients.slice(masters).map((client) => client.info('replication')));
+        return links.every((info) => info.includes('master_link_status:up'));
+      }, 'replicas in sync');
     }
+    await settle(async () => {
+      const states = await Promise.all(clients.map((client) => client.call('CLUSTER', 'INFO') as Promise<string>));
+      return states.every((info) => info.includes('cluster_state:ok'));
+    }, 'cluster_state:ok');
   } catch (error) {
     await stop();
     throw error;
   }
   return {
     nodes,
+    replicas,
     startupNodes: nodes.map((node) => ({ host: '127.0.0.1', port: node.port })),
     stop,
   };
