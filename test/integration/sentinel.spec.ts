@@ -13,6 +13,26 @@ describe('through Redis Sentinel', () => {
 
   afterAll(() => set?.stop());
 
+  it('with waitForReplicas, answers only once a replica has the counts', async () => {
+    const { store, close } = await createStore({
+      redis: { sentinels: set.sentinelAddresses, name: set.name },
+      redisTimeoutMs: 1_000,
+      waitForReplicas: { replicas: 1, timeoutMs: 500 },
+    });
+    const key = `${uniquePrefix()}:{w}:r:fw`;
+    const replica = set.replica.client();
+    try {
+      for (let i = 1; i <= 5; i += 1) {
+        const result = await store.consume([hit(key, { limit: 100, windowMs: 600_000 })]);
+        expect(result.replicated).toBe(true);
+        // Read from the replica at once: WAIT returned only after it had the write.
+        expect(await replica.hget(key, 'c')).toBe(String(i));
+      }
+    } finally {
+      await close();
+    }
+  });
+
   it('counts on the master the sentinels name, and follows it after a failover', async () => {
     const { store, redis, close } = await createStore({
       redis: { sentinels: set.sentinelAddresses, name: set.name },

@@ -34,7 +34,9 @@ const storeProvider: Provider = {
   provide: RateLimitStore,
   inject: [RESOLVED_RATE_LIMIT_OPTIONS, RedisService],
   useFactory: (options: ResolvedRateLimitOptions, redis: RedisService): RateLimitStore =>
-    redis.isConfigured ? new RedisRateLimitStore(redis) : new MemoryRateLimitStore(options.memoryStoreMaxKeys),
+    redis.isConfigured
+      ? new RedisRateLimitStore(redis, options.waitForReplicas)
+      : new MemoryRateLimitStore(options.memoryStoreMaxKeys),
 };
 
 const configCentreProvider: Provider = {

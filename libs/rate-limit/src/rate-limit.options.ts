@@ -74,6 +74,11 @@ export interface RateLimitModuleOptions {
    * the counter in Redis to it. Default true.
    */
   detectLostWrites?: boolean;
+  /**
+   * Wait, after each admitted request, until this many replicas have its counts (Redis `WAIT`), for
+   * those who prefer latency to any loss in a failover. Standalone and Sentinel only. Default off.
+   */
+  waitForReplicas?: { replicas?: number; timeoutMs?: number } | false;
 }
 
 /** Options of `forRoot`/`forRootAsync` that shape the module itself, so they cannot come from a factory. */
@@ -100,6 +105,7 @@ export interface ResolvedRateLimitOptions {
   ipv6PrefixBits: number;
   circuitBreaker: Required<RateLimitCircuitBreakerOptions> | false;
   detectLostWrites: boolean;
+  waitForReplicas: { replicas: number; timeoutMs: number } | false;
 }
 
 const KEY_PREFIX = /^[A-Za-z0-9._:-]{1,32}$/;
@@ -165,6 +171,12 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
     keyPrefix,
     circuitBreaker,
     detectLostWrites: options.detectLostWrites ?? true,
+    waitForReplicas: options.waitForReplicas
+      ? {
+          replicas: positive('waitForReplicas.replicas', options.waitForReplicas.replicas, 1),
+          timeoutMs: positive('waitForReplicas.timeoutMs', options.waitForReplicas.timeoutMs, 50),
+        }
+      : false,
     redisTimeoutMs: positive('redisTimeoutMs', options.redisTimeoutMs, DEFAULT_REDIS_TIMEOUT_MS),
     onStoreError,
     localFallback: {

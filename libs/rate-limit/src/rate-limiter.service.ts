@@ -98,6 +98,9 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     } catch (error) {
       return this.onStoreError(prepared, error, now ?? Date.now());
     }
+    if (consumption.replicated === false) {
+      this.storeErrors.record('wait', 'Fewer replicas than waitForReplicas asks confirmed the counts in time');
+    }
     if (this.fallback) {
       const at = now ?? Date.now();
       if (this.options.detectLostWrites && this.store instanceof RedisRateLimitStore) {

@@ -137,6 +137,16 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     return this.breaker ? this.breaker.execute(call) : call();
   }
 
+  /**
+   * Waits until `replicas` replicas have every write so far on this connection (Redis `WAIT`), at
+   * most `timeoutMs`; resolves with how many did. Not for Cluster, where WAIT cannot follow a key.
+   */
+  async waitForReplicas(replicas: number, timeoutMs: number): Promise<number> {
+    const client = this.client;
+    if (client instanceof Cluster) return 0;
+    return Number(await withDeadline(client.call('WAIT', replicas, timeoutMs), timeoutMs + this.timeoutMs, 'WAIT'));
+  }
+
   /** The circuit breaker's state: `'open'` while calls to Redis are suspended. */
   get circuitState(): CircuitBreakerState {
     return this.breaker?.state ?? 'closed';

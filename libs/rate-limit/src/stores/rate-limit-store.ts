@@ -45,6 +45,8 @@ export interface RateLimitConsumption {
   receipts: RateLimitReceipt[] | undefined;
   /** Redis stores: the store's time of each hit's decision (Redis `TIME`, or the given clock). */
   decidedAt?: number[];
+  /** With `waitForReplicas`: false when fewer replicas than asked confirmed the counts in time. */
+  replicated?: boolean;
 }
 
 /** An admitted hit to take back. */

@@ -33,7 +33,10 @@ export class RedisRateLimitStore extends RateLimitStore {
   readonly description: string;
   private sequence = 0;
 
-  constructor(private readonly redis: RedisService) {
+  constructor(
+    private readonly redis: RedisService,
+    private readonly waitForReplicas: { replicas: number; timeoutMs: number } | false = false,
+  ) {
     super();
     redis.register(CONSUME_SCRIPT);
     redis.register(REFUND_SCRIPT);
@@ -81,7 +84,12 @@ export class RedisRateLimitStore extends RateLimitStore {
         nonce,
       );
     }
-    return { allowed, decisions, receipts: allowed ? receipts : undefined, decidedAt };
+    let replicated: boolean | undefined;
+    if (allowed && this.waitForReplicas) {
+      const { replicas, timeoutMs } = this.waitForReplicas;
+      replicated = (await this.redis.waitForReplicas(replicas, timeoutMs).catch(() => 0)) >= replicas;
+    }
+    return { allowed, decisions, receipts: allowed ? receipts : undefined, decidedAt, replicated };
   }
 
   /**
