@@ -36,11 +36,14 @@ describe('counts lost behind the limiter’s back (as in a failover)', () => {
 
   afterAll(() => server?.stop());
 
-  async function appWith(detectLostWrites: boolean): Promise<{ app: INestApplication; prefix: string }> {
+  async function appWith(
+    detectLostWrites: boolean,
+    lostWriteMarker: number | false = 0.8,
+  ): Promise<{ app: INestApplication; prefix: string }> {
     const prefix = uniquePrefix();
     const app = await createTestApp({
       controllers: [LostController],
-      rateLimit: { redis: server.url, keyPrefix: prefix, detectLostWrites },
+      rateLimit: { redis: server.url, keyPrefix: prefix, detectLostWrites, lostWriteMarker },
     });
     return { app, prefix };
   }
@@ -86,6 +89,34 @@ describe('counts lost behind the limiter’s back (as in a failover)', () => {
       expect(await statuses(app, '/lost/five', 6)).toEqual([200, 200, 200, 200, 200, 429]);
       await redis.hset(key, 'c', 1);
       expect(await statuses(app, '/lost/five', 5)).toEqual([200, 200, 200, 200, 429]);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('resumes a window whose counter was lost entirely from its marker', async () => {
+    const { app, prefix } = await appWith(false);
+    try {
+      const key = `${prefix}:{global}:twenty:fw`;
+      expect(await statuses(app, '/lost/twenty', 18)).toEqual(Array(18).fill(200));
+      // From 16 (80% of 20) on, the count is also in the marker, kept for two windows.
+      expect(await redis.hget(`${prefix}:{global}:twenty:mark`, 'c')).toBe('18');
+      await redis.del(key);
+      expect(await statuses(app, '/lost/twenty', 3)).toEqual([200, 200, 429]);
+      expect(await redis.hget(key, 'c')).toBe('20');
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('starts the window afresh without a marker (lostWriteMarker: false), which is what the marker prevents', async () => {
+    const { app, prefix } = await appWith(false, false);
+    try {
+      const key = `${prefix}:{global}:twenty:fw`;
+      expect(await statuses(app, '/lost/twenty', 18)).toEqual(Array(18).fill(200));
+      expect(await redis.exists(`${prefix}:{global}:twenty:mark`)).toBe(0);
+      await redis.del(key);
+      expect(await statuses(app, '/lost/twenty', 3)).toEqual([200, 200, 200]);
     } finally {
       await app.close();
     }

@@ -22,11 +22,13 @@ export async function createStore(options: RateLimitModuleOptions): Promise<{
   return { store: moduleRef.get(RateLimitStore), redis: moduleRef.get(RedisService), close: () => moduleRef.close() };
 }
 
-/** A hit with defaults: fixed window, cost 1, burst = limit, no block. */
+/** A hit with defaults: fixed window, cost 1, burst = limit, no block, no marker. */
 export function hit(key: string, overrides: Partial<RateLimitHit> & { limit: number; windowMs: number }): RateLimitHit {
   return {
     key,
     blockKey: `${key}:block`,
+    markerKey: `${key}:mark`,
+    markFrom: 0,
     algorithm: 'fixed-window' as RateLimitAlgorithmName,
     cost: 1,
     burst: overrides.limit,

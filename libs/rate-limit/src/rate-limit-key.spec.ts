@@ -6,6 +6,7 @@ describe('rateLimitKeys', () => {
     expect(rateLimitKeys('rl', 'Orders.list', '10.0.0.1', 'fixed-window')).toEqual({
       key: 'rl:{10.0.0.1}:Orders.list:fw',
       blockKey: 'rl:{10.0.0.1}:Orders.list:block',
+      markerKey: 'rl:{10.0.0.1}:Orders.list:mark',
     });
     expect(rateLimitKeys('rl', 'r', '2001:db8::/64', 'gcra').key).toBe(
       'rl:{#' + identityPart('2001:db8::/64').slice(1) + '}:r:gc',

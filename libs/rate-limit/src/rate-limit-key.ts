@@ -38,7 +38,7 @@ export function rateLimitKeys(
   ruleName: string,
   identity: string | null,
   algorithm: RateLimitAlgorithmName,
-): { key: string; blockKey: string } {
+): { key: string; blockKey: string; markerKey: string } {
   const base = `${prefix}:{${identityPart(identity)}}:${ruleName}`;
-  return { key: `${base}:${ALGORITHM_TAG[algorithm]}`, blockKey: `${base}:block` };
+  return { key: `${base}:${ALGORITHM_TAG[algorithm]}`, blockKey: `${base}:block`, markerKey: `${base}:mark` };
 }

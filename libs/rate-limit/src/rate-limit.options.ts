@@ -79,6 +79,12 @@ export interface RateLimitModuleOptions {
    * those who prefer latency to any loss in a failover. Standalone and Sentinel only. Default off.
    */
   waitForReplicas?: { replicas?: number; timeoutMs?: number } | false;
+  /**
+   * Fixed-window rules: once a window's count reaches this share of the limit, also keep it in a
+   * marker key (two windows long); a counter a failover lost resumes from the marker. Default 0.8;
+   * `false` for none.
+   */
+  lostWriteMarker?: number | false;
 }
 
 /** Options of `forRoot`/`forRootAsync` that shape the module itself, so they cannot come from a factory. */
@@ -106,6 +112,7 @@ export interface ResolvedRateLimitOptions {
   circuitBreaker: Required<RateLimitCircuitBreakerOptions> | false;
   detectLostWrites: boolean;
   waitForReplicas: { replicas: number; timeoutMs: number } | false;
+  lostWriteMarker: number | false;
 }
 
 const KEY_PREFIX = /^[A-Za-z0-9._:-]{1,32}$/;
@@ -171,6 +178,14 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
     keyPrefix,
     circuitBreaker,
     detectLostWrites: options.detectLostWrites ?? true,
+    lostWriteMarker:
+      options.lostWriteMarker === false
+        ? false
+        : typeof (options.lostWriteMarker ?? 0.8) === 'number' &&
+            (options.lostWriteMarker ?? 0.8) > 0 &&
+            (options.lostWriteMarker ?? 0.8) <= 1
+          ? (options.lostWriteMarker ?? 0.8)
+          : fail('lostWriteMarker', 'must be a share above 0 and at most 1, or false', options.lostWriteMarker),
     waitForReplicas: options.waitForReplicas
       ? {
           replicas: positive('waitForReplicas.replicas', options.waitForReplicas.replicas, 1),

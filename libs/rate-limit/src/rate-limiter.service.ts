@@ -237,7 +237,8 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   private async prepare(rule: RateLimitRule, context: ExecutionContext): Promise<PreparedRule> {
     const thresholds = this.thresholds.resolve(rule);
     const [identity, cost] = await Promise.all([this.identify(rule, context), this.costOf(rule, context)]);
-    const { key, blockKey } = rateLimitKeys(this.options.keyPrefix, rule.name, identity, rule.algorithm);
+    const { key, blockKey, markerKey } = rateLimitKeys(this.options.keyPrefix, rule.name, identity, rule.algorithm);
+    const { lostWriteMarker } = this.options;
     return {
       rule,
       identity,
@@ -245,6 +246,11 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       hit: {
         key,
         blockKey,
+        markerKey,
+        markFrom:
+          lostWriteMarker && rule.algorithm === 'fixed-window'
+            ? Math.max(1, Math.ceil(thresholds.count * lostWriteMarker))
+            : 0,
         algorithm: rule.algorithm,
         limit: thresholds.count,
         windowMs: thresholds.windowMs,

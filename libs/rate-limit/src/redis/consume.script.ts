@@ -10,7 +10,7 @@ import { RedisScript } from './redis-script.js';
 export const GRACE_MS = 1_000;
 
 /** ARGV entries per rule, after the three leading ones. */
-const ARGS_PER_RULE = 7;
+const ARGS_PER_RULE = 8;
 const REFUND_ARGS_PER_RULE = 5;
 
 /** Every algorithm's Lua, as the table ALG[name] = { check, commit, refund }. */
@@ -31,11 +31,12 @@ ${GCRA_LUA}`;
  * it only sets the block key of a rule with `blockFor` that rejected it, and gives a TTL to any
  * key found without one (left over by older code).
  *
- * KEYS: per rule, its state key and its block key (all in one hash slot; the block key holds the
- *       time a `blockFor` penalty ends).
+ * KEYS: per rule, its state key, its block key (the time a `blockFor` penalty ends) and its marker
+ *       key (a fixed window's count once high), all in one hash slot.
  * ARGV: now in ms (negative: use Redis TIME), a nonce unique to the request, the number of rules,
  *       then per rule: algorithm, limit, window ms, cost, burst, block ms, and 1 to record the units
- *       without deciding (units the fallback admitted while Redis was out), else 0.
+ *       without deciding (units the fallback admitted while Redis was out), else 0, and the count
+ *       from which a fixed window also writes its marker (0: never).
  * Returns: all admitted (1/0), now, then per rule: admitted (1/0), remaining, reset ms.
  *
  * Each algorithm's Lua lives in `lua/<algorithm>.lua.ts`, next to its TypeScript twin's contract.
@@ -56,33 +57,33 @@ for i = 1, n do
   local b = 3 + (i - 1) * ${ARGS_PER_RULE}
   local p = { alg = ARGV[b + 1], limit = tonumber(ARGV[b + 2]), window = tonumber(ARGV[b + 3]),
               cost = tonumber(ARGV[b + 4]), burst = tonumber(ARGV[b + 5]), block = tonumber(ARGV[b + 6]),
-              force = ARGV[b + 7] == '1' }
+              force = ARGV[b + 7] == '1', markFrom = tonumber(ARGV[b + 8]), marker = KEYS[3 * i] }
   local algorithm = ALG[p.alg]
   if not algorithm then return redis.error_reply('unknown algorithm ' .. tostring(p.alg)) end
   -- A block key holds the time the penalty ends, so it follows the same clock as the counters.
   local blockedUntil = 0
-  if p.block > 0 and not p.force then blockedUntil = tonumber(redis.call('GET', KEYS[2 * i])) or 0 end
+  if p.block > 0 and not p.force then blockedUntil = tonumber(redis.call('GET', KEYS[3 * i - 1])) or 0 end
   local s
   if p.force then
     -- Recording units admitted elsewhere (the fallback, while Redis was out): count, never refuse.
-    s = algorithm.check(KEYS[2 * i - 1], now, p)
+    s = algorithm.check(KEYS[3 * i - 2], now, p)
     s.allowed = true
   elseif blockedUntil > now then
     s = { allowed = false, remaining = 0, reset = blockedUntil - now, blocked = true }
   else
-    s = algorithm.check(KEYS[2 * i - 1], now, p)
+    s = algorithm.check(KEYS[3 * i - 2], now, p)
   end
   params[i], steps[i] = p, s
   if not s.allowed then all = false end
 end
 local out = { all and 1 or 0, now }
 for i = 1, n do
-  local p, s, key = params[i], steps[i], KEYS[2 * i - 1]
+  local p, s, key = params[i], steps[i], KEYS[3 * i - 2]
   if all then
     ALG[p.alg].commit(key, now, p, s, nonce)
   else
     if not s.allowed and not s.blocked and p.block > 0 then
-      redis.call('SET', KEYS[2 * i], fmt(now + p.block), 'PX', p.block + GRACE_MS)
+      redis.call('SET', KEYS[3 * i - 1], fmt(now + p.block), 'PX', p.block + GRACE_MS)
       s.reset = math.max(s.reset, p.block)
     end
     if redis.call('PTTL', key) == -1 then redis.call('PEXPIRE', key, p.window + GRACE_MS) end

@@ -6,6 +6,8 @@ export interface RateLimitHit {
   key: string;
   /** Where a `blockFor` penalty is kept; in the same hash slot as `key`. */
   blockKey: string;
+  /** Fixed window: where the window's count is also kept once high (see `markFrom`); same slot. */
+  markerKey: string;
   algorithm: RateLimitAlgorithmName;
   /** Units admitted per window. */
   limit: number;
@@ -16,6 +18,11 @@ export interface RateLimitHit {
   burst: number;
   /** After a rejection by this rule, reject the identity for this long (0: no penalty). */
   blockMs: number;
+  /**
+   * Fixed window: from this count on, the window's count is also written to `markerKey` (kept for
+   * two windows), and a window whose counter is missing resumes from it (0: no marker).
+   */
+  markFrom: number;
 }
 
 /** The same shape from every store and algorithm, so headers and `Retry-After` never differ. */

@@ -159,8 +159,8 @@ export class RedisRateLimitStore extends RateLimitStore {
     const args: (string | number)[] = [now ?? -1, nonce, indices.length];
     for (const i of indices) {
       const hit = hits[i];
-      keys.push(hit.key, hit.blockKey);
-      args.push(hit.algorithm, hit.limit, hit.windowMs, hit.cost, hit.burst, hit.blockMs, record ? 1 : 0);
+      keys.push(hit.key, hit.blockKey, hit.markerKey);
+      args.push(hit.algorithm, hit.limit, hit.windowMs, hit.cost, hit.burst, hit.blockMs, record ? 1 : 0, hit.markFrom);
     }
     const reply = (await this.redis.run(CONSUME_SCRIPT, keys, args)) as number[];
     return {

@@ -1,6 +1,8 @@
 /**
  * Fixed window in Lua: the twin of `algorithms/fixed-window.ts`. Hash fields: `s` window start,
- * `c` admitted units.
+ * `c` admitted units. From `markFrom` units on, the same two fields also go to the marker key, kept
+ * for two windows: a counter lost in a failover resumes from it (the TypeScript twin never loses
+ * its state, so it has no marker).
  */
 export const FIXED_WINDOW_LUA = `
 ALG['fixed-window'] = {
@@ -8,7 +10,15 @@ ALG['fixed-window'] = {
     local start, count = now, 0
     local st = redis.call('HMGET', key, 's', 'c')
     local s0, c0 = tonumber(st[1]), tonumber(st[2])
-    if s0 and c0 and now < s0 + p.window then start = s0; count = c0 end
+    if s0 and c0 and now < s0 + p.window then
+      start = s0; count = c0
+    elseif not (s0 and c0) and p.markFrom > 0 then
+      -- The counter is missing (a failover to a replica that lacked it?) but the window's marker
+      -- is not: resume from it.
+      local m = redis.call('HMGET', p.marker, 's', 'c')
+      local ms, mc = tonumber(m[1]), tonumber(m[2])
+      if ms and mc and now >= ms and now < ms + p.window then start = ms; count = mc end
+    end
     local allowed = count + p.cost <= p.limit
     local used = count
     if allowed then used = count + p.cost end
@@ -19,6 +29,10 @@ ALG['fixed-window'] = {
   commit = function(key, now, p, s)
     redis.call('HSET', key, 's', fmt(s.start), 'c', fmt(s.count))
     redis.call('PEXPIRE', key, s.ttl + GRACE_MS)
+    if p.markFrom > 0 and s.count >= p.markFrom then
+      redis.call('HSET', p.marker, 's', fmt(s.start), 'c', fmt(s.count))
+      redis.call('PEXPIRE', p.marker, 2 * p.window)
+    end
   end,
   refund = function(key, at, p)
     local st = redis.call('HMGET', key, 's', 'c')
