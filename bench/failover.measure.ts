@@ -58,6 +58,14 @@ describe('failover with lost writes', () => {
 
   it('admitted per window around the failover', async () => {
     const admittedAt: number[] = [];
+    // When the sentinels announced the new master, and which requests Redis (not the fallback) decided.
+    let switchedAt: number | undefined;
+    const redisDecidedAt: number[] = [];
+    const sentinel = set.sentinels[1].client();
+    sentinel.on('message', () => {
+      switchedAt ??= performance.now() - started;
+    });
+    await sentinel.subscribe('+switch-master');
     const started = performance.now();
     const events: string[] = [];
     const schedule = [
@@ -87,10 +95,12 @@ describe('failover with lost writes', () => {
           .get('/route')
           .then((response) => {
             if (response.status === 200) admittedAt.push(due);
+            if (response.headers['ratelimit-limit'] !== undefined) redisDecidedAt.push(performance.now() - started);
           }),
       );
     }
     await Promise.all(pending);
+    const back = redisDecidedAt.filter((at) => at > KILL_AT_MS).sort((a, b) => a - b)[0];
 
     const windows = new Map<number, number>();
     for (const at of admittedAt) {
@@ -117,6 +127,8 @@ describe('failover with lost writes', () => {
         '|---|---:|---:|',
         ...rows,
         `most admitted within any ${WINDOW_MS} ms: ${worst} (${((worst / LIMIT - 1) * 100).toFixed(0)}% over the limit)`,
+        `sentinels announced the new master ${switchedAt === undefined ? '(not seen)' : `${(switchedAt - KILL_AT_MS).toFixed(0)} ms after the kill`}; ` +
+          `first request decided by Redis again ${back === undefined ? '(none)' : `${(back - KILL_AT_MS).toFixed(0)} ms after the kill`}`,
       ].join('\n'),
     );
   });

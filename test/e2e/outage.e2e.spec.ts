@@ -74,7 +74,8 @@ describe('Redis paused, then killed and restarted, under steady traffic', () => 
     // The local fallback decided (the limit is far off); no request waited on the paused server.
     expect(paused.filter((s) => !s.fromRedis).length).toBeGreaterThan(paused.length * 0.9);
     expect(Math.max(...paused.map((s) => s.ms))).toBeLessThan(1_000);
-    expect(app.get(RedisService).circuitState).toBe('open');
+    // Open, or probing (half-open) at this instant.
+    expect(app.get(RedisService).circuitState).not.toBe('closed');
 
     // Back on Redis once the breaker's probe succeeds.
     await vi.waitUntil(async () => (await steadyTraffic(app, 50)).some((s) => s.fromRedis), {

@@ -171,7 +171,7 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
       minimumCalls: positive('circuitBreaker.minimumCalls', given.minimumCalls, 20),
       windowMs: positive('circuitBreaker.windowMs', given.windowMs, 10_000),
       consecutiveFailures: positive('circuitBreaker.consecutiveFailures', given.consecutiveFailures, 5),
-      halfOpenAfterMs: positive('circuitBreaker.halfOpenAfterMs', given.halfOpenAfterMs, 1_000),
+      halfOpenAfterMs: positive('circuitBreaker.halfOpenAfterMs', given.halfOpenAfterMs, 250),
     };
   }
   return {

@@ -18,7 +18,7 @@ export interface RateLimitCircuitBreakerOptions {
   windowMs?: number;
   /** Open after this many failures in a row, whatever the share. Default 5. */
   consecutiveFailures?: number;
-  /** Let one probe call through this long after opening; its success closes the circuit. Default 1 s. */
+  /** Let one probe call through this long after opening; its success closes the circuit. Default 250 ms. */
   halfOpenAfterMs?: number;
 }
 
