@@ -10,14 +10,13 @@
  *   (RATE_LIMIT_DEMO_PING_COUNT) so every request is admitted and pays the full path.
  * It also reads Redis's INFO commandstats to show the round trips per request.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import autocannon from 'autocannon';
 import { Redis } from 'ioredis';
-import { freePort, startRedisServer } from '../test/support/redis-server.js';
+import { startRedisServer } from '../test/support/redis-server.js';
+import { startDemo } from './support/demo-process.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
-const DEMO = 'dist/apps/demo/src/main.js';
 
 interface Row {
   scenario: string;
@@ -76,30 +75,6 @@ async function load(scenario: string, url: string): Promise<Row & { requestsTota
     p99: result.latency.p99,
     errors: result.non2xx + result.errors + result.timeouts,
     requestsTotal: warmUp.requests.total + result.requests.total,
-  };
-}
-
-async function startDemo(env: Record<string, string>): Promise<{ url: string; stop(): Promise<void> }> {
-  const port = await freePort();
-  const child: ChildProcess = spawn(process.execPath, [DEMO], {
-    env: { ...process.env, ...env, PORT: String(port), RATE_LIMIT_DEMO_PING_COUNT: '1000000000' },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  await new Promise<void>((resolve, reject) => {
-    let output = '';
-    child.stdout!.on('data', (chunk: Buffer) => {
-      output += chunk.toString();
-      if (output.includes('Demo listening')) resolve();
-    });
-    child.once('exit', (code) => reject(new Error(`demo exited with ${code} (run npm run build first):\n${output}`)));
-  });
-  return {
-    url: `http://127.0.0.1:${port}`,
-    stop: () =>
-      new Promise<void>((resolve) => {
-        child.once('exit', () => resolve());
-        child.kill('SIGTERM');
-      }),
   };
 }
 

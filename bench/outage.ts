@@ -10,8 +10,8 @@
  * failures, the share of requests Redis decided, and how long after Redis returned the first
  * request was decided by Redis again.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
-import { freePort, type RedisServer, startRedisServer } from '../test/support/redis-server.js';
+import { type RedisServer, startRedisServer } from '../test/support/redis-server.js';
+import { startDemo } from './support/demo-process.js';
 
 const PHASE_MS = 3_000;
 const CLIENTS = 8;
@@ -25,7 +25,7 @@ interface Sample {
 
 async function main(): Promise<void> {
   let redis: RedisServer = await startRedisServer();
-  const demo = await startDemo(redis.url);
+  const demo = await startDemo({ REDIS_URL: redis.url });
   const rows: string[] = [];
   try {
     const phase = async (name: string, during?: () => Promise<void>) => {
@@ -88,31 +88,6 @@ function describe(name: string, samples: Sample[], started: number): string {
   const errors = samples.filter((s) => s.status >= 500).length;
   const share = ((100 * fromRedis.length) / samples.length).toFixed(0);
   return `| ${name} | ${samples.length} | ${pct(50)} | ${pct(99)} | ${sorted.at(-1)!.toFixed(1)} | ${errors} | ${share}% | ${firstRedis} |`;
-}
-
-async function startDemo(redisUrl: string): Promise<{ url: string; stop(): Promise<void> }> {
-  const port = await freePort();
-  const child: ChildProcess = spawn(process.execPath, ['dist/apps/demo/src/main.js'], {
-    env: { ...process.env, PORT: String(port), REDIS_URL: redisUrl, RATE_LIMIT_DEMO_PING_COUNT: '1000000000' },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  await new Promise<void>((resolve, reject) => {
-    let output = '';
-    child.stdout!.on('data', (chunk: Buffer) => {
-      output += chunk.toString();
-      if (output.includes('Demo listening')) resolve();
-    });
-    child.once('exit', (code) => reject(new Error(`demo exited with ${code}:\n${output}`)));
-  });
-  child.stdout!.resume();
-  return {
-    url: `http://127.0.0.1:${port}`,
-    stop: () =>
-      new Promise<void>((resolve) => {
-        child.once('exit', () => resolve());
-        child.kill('SIGTERM');
-      }),
-  };
 }
 
 await main();

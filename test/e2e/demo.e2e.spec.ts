@@ -3,16 +3,11 @@ import { Test } from '@nestjs/testing';
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { AppModule } from '../../apps/demo/src/app.module.js';
+import { statuses } from '../support/http.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { uniquePrefix } from '../support/test-app.js';
 
 let server: RedisServer | undefined;
-
-async function statuses(app: INestApplication, path: string, n: number, headers: Record<string, string> = {}) {
-  const result: number[] = [];
-  for (let i = 0; i < n; i += 1) result.push((await request(app.getHttpServer()).get(path).set(headers)).status);
-  return result;
-}
 
 const repeat = (status: number, n: number) => Array.from({ length: n }, () => status);
 

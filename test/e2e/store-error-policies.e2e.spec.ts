@@ -2,6 +2,7 @@ import { Controller, type ExecutionContext, Get, type INestApplication } from '@
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { RateLimit } from '@app/rate-limit';
+import { statuses as statusesOf } from '../support/http.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
 
@@ -61,11 +62,7 @@ describe('when Redis cannot decide, each rule follows its onStoreError', () => {
 
   const get = (path: string, user: string) => request(app.getHttpServer()).get(path).set('x-user', user);
 
-  async function statuses(path: string, user: string, n: number): Promise<number[]> {
-    const result: number[] = [];
-    for (let i = 0; i < n; i += 1) result.push((await get(path, user)).status);
-    return result;
-  }
+  const statuses = (path: string, user: string, n: number) => statusesOf(app, path, n, { 'x-user': user });
 
   it("'local': admits from what Redis last said, pessimistically, and less as the window goes on", async () => {
     expect(await statuses('/policies/local', 'known', 6)).toEqual([200, 200, 200, 200, 200, 200]);

@@ -3,6 +3,7 @@ import { ConfigService } from '@nestjs/config';
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { RateLimit, RateLimitConfigCentre, type RateLimitOverride } from '@app/rate-limit';
+import { statuses } from '../support/http.js';
 import { LogCapture } from '../support/log-capture.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
@@ -26,12 +27,6 @@ class TunedController {
   c() {
     return {};
   }
-}
-
-async function statuses(app: INestApplication, path: string, n: number): Promise<number[]> {
-  const result = [];
-  for (let i = 0; i < n; i += 1) result.push((await request(app.getHttpServer()).get(path)).status);
-  return result;
 }
 
 describe('thresholds from the config centre', () => {

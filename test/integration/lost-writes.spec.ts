@@ -3,6 +3,7 @@ import type { Redis } from 'ioredis';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RateLimit } from '@app/rate-limit';
+import { statuses } from '../support/http.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
 
@@ -46,12 +47,6 @@ describe('counts lost behind the limiter’s back (as in a failover)', () => {
       rateLimit: { redis: server.url, keyPrefix: prefix, detectLostWrites, lostWriteMarker },
     });
     return { app, prefix };
-  }
-
-  async function statuses(app: INestApplication, path: string, n: number): Promise<number[]> {
-    const result: number[] = [];
-    for (let i = 0; i < n; i += 1) result.push((await request(app.getHttpServer()).get(path)).status);
-    return result;
   }
 
   it('decides on the higher figure it saw and raises the counter back', async () => {
