@@ -99,13 +99,6 @@ describe('Redis scripts and the embedded store decide and refund alike (property
       }
       const [fromRedis, fromMemory] = await Promise.all([redisStore.consume(hits, now), memory.consume(hits, now)]);
       const at = `step ${step} at +${now - t0} ms`;
-      if (process.env.DEBUG_DIFF)
-        console.log(
-          at,
-          JSON.stringify(hits),
-          JSON.stringify(fromRedis.decisions),
-          JSON.stringify(fromMemory.decisions),
-        );
       expect(fromRedis.allowed, at).toBe(fromMemory.allowed);
       expect(fromRedis.decisions, at).toEqual(fromMemory.decisions);
       if (fromRedis.allowed && refundAfter >= 0) {
