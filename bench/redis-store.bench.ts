@@ -19,15 +19,17 @@ const withoutBreaker = await createStore({ redis: master.url, circuitBreaker: fa
 const waiting = await createStore({ redis: master.url, waitForReplicas: { replicas: 1, timeoutMs: 50 } });
 const request = [hit('bench:{id}:r:fw', { limit: 1_000_000_000, windowMs: 60_000 })];
 
-describe('one Redis decision', () => {
-  afterAll(async () => {
-    await withBreaker.close();
-    await withoutBreaker.close();
-    await waiting.close();
-    await replica.stop();
-    await master.stop();
-  });
+// At file level: declared inside the describe, this hook never ran in benchmark mode and left the
+// servers running.
+afterAll(async () => {
+  await withBreaker.close();
+  await withoutBreaker.close();
+  await waiting.close();
+  await replica.stop();
+  await master.stop();
+});
 
+describe('one Redis decision', () => {
   bench('consume, circuit breaker on (default)', async () => {
     await withBreaker.store.consume(request);
   });
