@@ -147,7 +147,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     try {
       await this.store.refund(refunds);
     } catch (error) {
-      const reason = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+      const reason = describeError(error);
       this.storeErrors.record(`refund:${reason}`, `Refund failed (${reason}); those requests stay counted`);
     }
   }
@@ -223,7 +223,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     try {
       for (let i = 0; i < hits.length; i += 100) await this.store.record(hits.slice(i, i + 100), now);
     } catch (error) {
-      const reason = error instanceof Error ? `${error.constructor.name}: ${error.message}` : String(error);
+      const reason = describeError(error);
       this.storeErrors.record(`record:${reason}`, `Recording requests the fallback admitted failed (${reason})`);
     }
   }
@@ -314,7 +314,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     now: number,
   ): Promise<RateLimitOutcome> {
     const policies = prepared.map(({ rule }) => rule.onStoreError ?? this.options.onStoreError);
-    const reason = error instanceof Error ? `${error.constructor.name}: ${error.message}` : String(error);
+    const reason = describeError(error);
     const summary = [...new Set(policies)].join('/');
     this.storeErrors.record(
       reason,
@@ -376,4 +376,9 @@ function describeValue(value: unknown): string {
   if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value);
   if (value === null || value === undefined || typeof value !== 'object') return String(value);
   return Array.isArray(value) ? 'an array' : 'an object';
+}
+
+/** An error for a log line: its class (cockatiel's errors all have the name 'Error') and message. */
+function describeError(error: unknown): string {
+  return error instanceof Error ? `${error.constructor.name}: ${error.message}` : String(error);
 }

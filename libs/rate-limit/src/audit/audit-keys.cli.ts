@@ -8,10 +8,10 @@
  * RATE_LIMIT_PREFIX (default rl).
  */
 import { parseArgs } from 'node:util';
-import { Cluster, Redis, type RedisOptions } from 'ioredis';
-import { parseDuration } from '../rules/duration.js';
+import { RedisService } from '../redis/redis.service.js';
 import { redisOptionsFromEnv } from '../redis/redis-options-from-env.js';
-import { auditRateLimitKeys } from './key-audit.js';
+import { resolveModuleOptions } from '../rate-limit.options.js';
+import { parseDuration } from '../rules/duration.js';
 
 const { values } = parseArgs({
   options: { repair: { type: 'boolean', default: false }, ttl: { type: 'string', default: '1d' } },
@@ -19,28 +19,22 @@ const { values } = parseArgs({
 const repairTtlMs = parseDuration(values.ttl);
 if (repairTtlMs === undefined) throw new Error(`--ttl: '${values.ttl}' is not a duration such as 1h or 1d`);
 
-const connection = redisOptionsFromEnv();
-if (connection === undefined) throw new Error('Set REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES');
-// Fail fast rather than queue commands for a server that is not there; connect before scanning,
-// so a Cluster knows its masters.
-const failFast = { lazyConnect: true, enableOfflineQueue: false, connectTimeout: 5_000, maxRetriesPerRequest: 1 };
-const client =
-  typeof connection === 'string'
-    ? new Redis(connection, failFast)
-    : 'cluster' in connection
-      ? new Cluster(connection.cluster, { lazyConnect: true, enableOfflineQueue: false })
-      : new Redis({ ...(connection as RedisOptions), ...failFast });
-const keyPrefix = process.env.RATE_LIMIT_PREFIX || 'rl';
+const redis = redisOptionsFromEnv();
+if (redis === undefined) throw new Error('Set REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES');
+// The library's own connection: the same clients and fail-fast defaults as in an app.
+const options = { redis, keyPrefix: process.env.RATE_LIMIT_PREFIX || undefined, circuitBreaker: false as const };
+const resolved = resolveModuleOptions(options);
+const service = new RedisService(options, resolved);
 
 try {
-  await client.connect();
-  const report = await auditRateLimitKeys(client, { keyPrefix, repairTtlMs: values.repair ? repairTtlMs : undefined });
+  await service.onApplicationBootstrap();
+  const report = await service.auditKeys({ repairTtlMs: values.repair ? repairTtlMs : undefined });
   for (const key of report.withoutTtl) console.log(`no TTL: ${key}`);
   console.log(
-    `${report.scanned} keys under '${keyPrefix}:', ${report.withoutTtl.length} without a TTL` +
+    `${report.scanned} keys under '${resolved.keyPrefix}:', ${report.withoutTtl.length} without a TTL` +
       (values.repair ? `, ${report.repaired} given a TTL of ${values.ttl}` : ''),
   );
   process.exitCode = report.withoutTtl.length > report.repaired ? 1 : 0;
 } finally {
-  client.disconnect();
+  await service.onApplicationShutdown();
 }
