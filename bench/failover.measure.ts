@@ -15,6 +15,7 @@ import request from 'supertest';
 import { afterAll, beforeAll, describe, it } from 'vitest';
 import { RateLimit } from '@app/rate-limit';
 import { type RedisSentinelSet, startRedisSentinelSet } from '../test/support/redis-server.js';
+import { admittedPerWindow, pacedTraffic } from '../test/support/paced-traffic.js';
 import { createTestApp, uniquePrefix } from '../test/support/test-app.js';
 
 const LIMIT = 100;
@@ -57,60 +58,48 @@ describe('failover with lost writes', () => {
   });
 
   it('admitted per window around the failover', async () => {
-    const admittedAt: number[] = [];
-    // When the sentinels announced the new master, and which requests Redis (not the fallback) decided.
+    // When the sentinels announced the new master, on the traffic's clock.
+    let started = 0;
     let switchedAt: number | undefined;
-    const redisDecidedAt: number[] = [];
     const sentinel = set.sentinels[1].client();
     sentinel.on('message', () => {
       switchedAt ??= performance.now() - started;
     });
     await sentinel.subscribe('+switch-master');
-    const started = performance.now();
     const events: string[] = [];
-    const schedule = [
-      {
-        at: DETACH_AT_MS,
-        run: async () => {
-          await set.replica.client().replicaof('NO', 'ONE');
-          events.push(`+${DETACH_AT_MS} ms: replica detached`);
+    started = performance.now();
+    const samples = await pacedTraffic({
+      durationMs: RUN_MS,
+      ratePerS: RATE_PER_S,
+      send: () => request(app.getHttpServer()).get('/route'),
+      events: [
+        {
+          atMs: DETACH_AT_MS,
+          run: async () => {
+            await set.replica.client().replicaof('NO', 'ONE');
+            events.push(`+${DETACH_AT_MS} ms: replica detached`);
+          },
         },
-      },
-      {
-        at: KILL_AT_MS,
-        run: async () => {
-          await set.master.kill();
-          events.push(`+${KILL_AT_MS} ms: master killed`);
+        {
+          atMs: KILL_AT_MS,
+          run: async () => {
+            await set.master.kill();
+            events.push(`+${KILL_AT_MS} ms: master killed`);
+          },
         },
-      },
-    ];
-    const pending: Promise<unknown>[] = [];
-    for (let i = 0; i < (RUN_MS / 1000) * RATE_PER_S; i += 1) {
-      const due = (i * 1000) / RATE_PER_S;
-      const wait = due - (performance.now() - started);
-      if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
-      while (schedule.length > 0 && schedule[0].at <= due) await schedule.shift()!.run();
-      pending.push(
-        request(app.getHttpServer())
-          .get('/route')
-          .then((response) => {
-            if (response.status === 200) admittedAt.push(due);
-            if (response.headers['ratelimit-limit'] !== undefined) redisDecidedAt.push(performance.now() - started);
-          }),
-      );
-    }
-    await Promise.all(pending);
-    const back = redisDecidedAt.filter((at) => at > KILL_AT_MS).sort((a, b) => a - b)[0];
-
-    const windows = new Map<number, number>();
-    for (const at of admittedAt) {
-      const index = Math.floor(at / WINDOW_MS);
-      windows.set(index, (windows.get(index) ?? 0) + 1);
-    }
-    const rows = [...Array(RUN_MS / WINDOW_MS).keys()].map((index) => {
-      const admitted = windows.get(index) ?? 0;
-      return `| ${index * (WINDOW_MS / 1000)}-${(index + 1) * (WINDOW_MS / 1000)} s | ${admitted} | ${(admitted / LIMIT).toFixed(2)}x |`;
+      ],
     });
+    // pacedTraffic's clock starts within a millisecond of `started`.
+    const back = samples
+      .filter((s) => s.fromRedis && s.answeredAt > KILL_AT_MS)
+      .map((s) => s.answeredAt)
+      .sort((a, b) => a - b)[0];
+    const admittedAt = samples.filter((s) => s.status === 200).map((s) => s.due);
+
+    const rows = admittedPerWindow(samples, WINDOW_MS, RUN_MS / WINDOW_MS).map(
+      (admitted, index) =>
+        `| ${index * (WINDOW_MS / 1000)}-${(index + 1) * (WINDOW_MS / 1000)} s | ${admitted} | ${(admitted / LIMIT).toFixed(2)}x |`,
+    );
     // The limiter's windows start at the first request, so a sliding view catches a window split.
     const sorted = [...admittedAt].sort((a, b) => a - b);
     let worst = 0;

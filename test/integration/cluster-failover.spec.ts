@@ -4,6 +4,7 @@ import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RateLimit } from '@app/rate-limit';
 import { type RedisCluster, startRedisCluster } from '../support/redis-server.js';
+import { admittedPerWindow, pacedTraffic } from '../support/paced-traffic.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
 
 const LIMIT = 40;
@@ -49,39 +50,20 @@ describe('a manual CLUSTER FAILOVER mid-traffic', () => {
       const replica = cluster.replicas[shard].client();
 
       // Offered at twice the limit, evenly, over three windows; the failover in the second.
-      const admittedAt: number[] = [];
-      const fromRedisAfter: boolean[] = [];
-      const started = performance.now();
-      const total = 3 * (WINDOW_MS / 1000) * RATE_PER_S;
-      let failedOver = false;
-      const pending: Promise<void>[] = [];
-      for (let i = 0; i < total; i += 1) {
-        const due = (i * 1000) / RATE_PER_S;
-        const wait = due - (performance.now() - started);
-        if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
-        if (!failedOver && due >= WINDOW_MS * 1.5) {
-          failedOver = true;
-          await replica.cluster('FAILOVER');
-        }
-        pending.push(
-          request(apps[i % 3].getHttpServer())
-            .get('/shard')
-            .then((response) => {
-              if (response.status === 200) admittedAt.push(due);
-              if (due >= WINDOW_MS * 2.5) fromRedisAfter.push(response.headers['ratelimit-limit'] !== undefined);
-            }),
-        );
-      }
-      await Promise.all(pending);
+      const samples = await pacedTraffic({
+        durationMs: 3 * WINDOW_MS,
+        ratePerS: RATE_PER_S,
+        send: (i) => request(apps[i % 3].getHttpServer()).get('/shard'),
+        events: [{ atMs: WINDOW_MS * 1.5, run: () => replica.cluster('FAILOVER') }],
+      });
 
       expect((await replica.info('replication')).includes('role:master')).toBe(true);
-      for (let window = 0; window < 3; window += 1) {
-        const admitted = admittedAt.filter((at) => at >= window * WINDOW_MS && at < (window + 1) * WINDOW_MS).length;
+      for (const [window, admitted] of admittedPerWindow(samples, WINDOW_MS, 3).entries()) {
         expect(admitted, `window ${window}`).toBeLessThanOrEqual(Math.floor(LIMIT * 1.05));
         expect(admitted, `window ${window}`).toBeGreaterThan(LIMIT * 0.8);
       }
       // After the switch, Redis (the new master) decides again.
-      expect(fromRedisAfter.some(Boolean)).toBe(true);
+      expect(samples.some((s) => s.due >= WINDOW_MS * 2.5 && s.fromRedis)).toBe(true);
     } finally {
       reader.disconnect();
     }

@@ -4,6 +4,7 @@ import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RateLimit } from '@app/rate-limit';
 import { type RedisCluster, startRedisCluster } from '../support/redis-server.js';
+import { admittedPerWindow, pacedTraffic } from '../support/paced-traffic.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
 
 const LIMIT = 40;
@@ -64,40 +65,22 @@ describe('a slot resharded to another master mid-traffic (MIGRATING / IMPORTING,
         }
       };
 
-      const admittedAt: number[] = [];
-      const decidedByRedisAfter: boolean[] = [];
-      const started = performance.now();
-      const total = 3 * (WINDOW_MS / 1000) * RATE_PER_S;
-      let moved = false;
-      const pending: Promise<void>[] = [];
-      for (let i = 0; i < total; i += 1) {
-        const due = (i * 1000) / RATE_PER_S;
-        const wait = due - (performance.now() - started);
-        if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
-        if (!moved && due >= WINDOW_MS * 1.25) {
-          moved = true;
-          pending.push(reshard());
-        }
-        pending.push(
-          request(apps[i % 3].getHttpServer())
-            .get('/moving')
-            .then((response) => {
-              if (response.status === 200) admittedAt.push(due);
-              if (due >= WINDOW_MS * 2.5) decidedByRedisAfter.push(response.headers['ratelimit-limit'] !== undefined);
-            }),
-        );
-      }
-      await Promise.all(pending);
+      // Requests keep flowing while the slot moves.
+      const samples = await pacedTraffic({
+        durationMs: 3 * WINDOW_MS,
+        ratePerS: RATE_PER_S,
+        send: (i) => request(apps[i % 3].getHttpServer()).get('/moving'),
+        events: [{ atMs: WINDOW_MS * 1.25, run: reshard, inBackground: true }],
+      });
 
       // The slot and the limiter's keys now live on the target.
       expect(await target.call('CLUSTER', 'COUNTKEYSINSLOT', String(slot))).toBeGreaterThan(0);
       expect(await source.call('CLUSTER', 'COUNTKEYSINSLOT', String(slot))).toBe(0);
-      for (let window = 0; window < 3; window += 1) {
-        const admitted = admittedAt.filter((at) => at >= window * WINDOW_MS && at < (window + 1) * WINDOW_MS).length;
+      for (const [window, admitted] of admittedPerWindow(samples, WINDOW_MS, 3).entries()) {
         expect(admitted, `window ${window}`).toBeLessThanOrEqual(Math.floor(LIMIT * 1.05));
         expect(admitted, `window ${window}`).toBeGreaterThan(LIMIT * 0.8);
       }
-      expect(decidedByRedisAfter.every(Boolean)).toBe(true);
+      expect(samples.filter((s) => s.due >= WINDOW_MS * 2.5).every((s) => s.fromRedis)).toBe(true);
     } finally {
       reader.disconnect();
     }
