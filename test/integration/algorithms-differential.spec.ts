@@ -89,6 +89,8 @@ describe('Redis scripts and the embedded store decide and refund alike (property
         key: `p:{${identity}}:r${i}:${shape.algorithm}`,
         blockKey: `p:{${identity}}:r${i}:block`,
         markerKey: `p:{${identity}}:r${i}:mark`,
+        pendingKey: `p:{${identity}}:r${i}:pend`,
+        conditional: false,
         // The marker only matters when Redis loses a counter; it must not change any decision here.
         markFrom: shape.algorithm === 'fixed-window' ? Math.ceil(shape.limit * 0.8) : 0,
         cost,

@@ -26,8 +26,8 @@ class DroppingProxy {
       const upstream = connect(redisPort, '127.0.0.1');
       client.on('data', (data) => upstream.write(data));
       upstream.on('data', (data) => {
-        // The consume script's reply for one rule: an array of five (possibly sharing a chunk with others).
-        if (this.dropNextArrayReply && data.includes('*5\r\n')) {
+        // The consume script's reply for one rule: an array of six (possibly sharing a chunk with others).
+        if (this.dropNextArrayReply && data.includes('*6\r\n')) {
           this.dropNextArrayReply = false;
           client.destroy();
           upstream.destroy();

@@ -22,13 +22,15 @@ export async function createStore(options: RateLimitModuleOptions): Promise<{
   return { store: moduleRef.get(RateLimitStore), redis: moduleRef.get(RedisService), close: () => moduleRef.close() };
 }
 
-/** A hit with defaults: fixed window, cost 1, burst = limit, no block, no marker. */
+/** A hit with defaults: fixed window, cost 1, burst = limit, no block, no marker, counted at once. */
 export function hit(key: string, overrides: Partial<RateLimitHit> & { limit: number; windowMs: number }): RateLimitHit {
   return {
     key,
     blockKey: `${key}:block`,
     markerKey: `${key}:mark`,
     markFrom: 0,
+    pendingKey: `${key}:pend`,
+    conditional: false,
     algorithm: 'fixed-window' as RateLimitAlgorithmName,
     cost: 1,
     burst: overrides.limit,

@@ -7,6 +7,7 @@ describe('rateLimitKeys', () => {
       key: 'rl:{10.0.0.1}:Orders.list:fw',
       blockKey: 'rl:{10.0.0.1}:Orders.list:block',
       markerKey: 'rl:{10.0.0.1}:Orders.list:mark',
+      pendingKey: 'rl:{10.0.0.1}:Orders.list:pend',
     });
     expect(rateLimitKeys('rl', 'r', '2001:db8::/64', 'gcra').key).toBe(
       'rl:{#' + identityPart('2001:db8::/64').slice(1) + '}:r:gc',

@@ -38,7 +38,12 @@ export function rateLimitKeys(
   ruleName: string,
   identity: string | null,
   algorithm: RateLimitAlgorithmName,
-): { key: string; blockKey: string; markerKey: string } {
+): { key: string; blockKey: string; markerKey: string; pendingKey: string } {
   const base = `${prefix}:{${identityPart(identity)}}:${ruleName}`;
-  return { key: `${base}:${ALGORITHM_TAG[algorithm]}`, blockKey: `${base}:block`, markerKey: `${base}:mark` };
+  return {
+    key: `${base}:${ALGORITHM_TAG[algorithm]}`,
+    blockKey: `${base}:block`,
+    markerKey: `${base}:mark`,
+    pendingKey: `${base}:pend`,
+  };
 }

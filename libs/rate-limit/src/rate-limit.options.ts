@@ -4,6 +4,7 @@ import type { RateLimitConfigCentre } from './config-centre/rate-limit-config-ce
 import type { SampledLogLevel } from './logging/sampled-logger.js';
 import type { RateLimitCircuitBreakerOptions } from './redis/redis-circuit-breaker.js';
 import {
+  DEFAULT_IN_FLIGHT_WAIT_MS,
   DEFAULT_KEY_PREFIX,
   DEFAULT_LOG_INTERVAL_MS,
   DEFAULT_LOG_MAX_LINES_PER_SECOND,
@@ -85,6 +86,12 @@ export interface RateLimitModuleOptions {
    * `false` for none.
    */
   lostWriteMarker?: number | false;
+  /**
+   * Rules with `countOn`: a request refused only because of admissions still in flight (their units
+   * may yet be refunded) waits up to this long, in ms, for them to settle and is then decided again;
+   * past it, it gets a 429 that starts no `blockFor` penalty. 0: refuse at once. Default 5,000.
+   */
+  inFlightWaitMs?: number;
 }
 
 /** Options of `forRoot`/`forRootAsync` that shape the module itself, so they cannot come from a factory. */
@@ -113,6 +120,7 @@ export interface ResolvedRateLimitOptions {
   detectLostWrites: boolean;
   waitForReplicas: { replicas: number; timeoutMs: number } | false;
   lostWriteMarker: number | false;
+  inFlightWaitMs: number;
 }
 
 const KEY_PREFIX = /^[A-Za-z0-9._:-]{1,32}$/;
@@ -193,6 +201,11 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
         }
       : false,
     redisTimeoutMs: positive('redisTimeoutMs', options.redisTimeoutMs, DEFAULT_REDIS_TIMEOUT_MS),
+    inFlightWaitMs:
+      options.inFlightWaitMs === undefined ||
+      (Number.isSafeInteger(options.inFlightWaitMs) && options.inFlightWaitMs >= 0)
+        ? (options.inFlightWaitMs ?? DEFAULT_IN_FLIGHT_WAIT_MS)
+        : fail('inFlightWaitMs', 'must be a whole number of ms, 0 or more', options.inFlightWaitMs),
     onStoreError,
     localFallback: {
       safetyFactor,

@@ -1,6 +1,8 @@
 import {
   type ExecutionContext,
+  HttpException,
   Inject,
+  InternalServerErrorException,
   Injectable,
   Logger,
   type OnApplicationBootstrap,
@@ -11,6 +13,7 @@ import { RateLimitConfigCentre } from './config-centre/rate-limit-config-centre.
 import { RuleThresholds, type Thresholds } from './config-centre/rule-thresholds.js';
 import { SampledLogger } from './logging/sampled-logger.js';
 import type { ConditionalUnits, RateLimitOutcome, RuleDecision } from './rate-limit-outcome.js';
+import { InFlightWaits } from './in-flight-waits.js';
 import { ANONYMOUS_IDENTITY, rateLimitKeys } from './rate-limit-key.js';
 import { DEFAULT_LOG_MAX_TRACKED } from './rate-limit.constants.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from './rate-limit.options.js';
@@ -22,8 +25,14 @@ import { MemoryRateLimitStore } from './stores/memory-rate-limit.store.js';
 import { type RateLimitConsumption, type RateLimitHit, RateLimitStore } from './stores/rate-limit-store.js';
 import type { RateLimitStoreErrorPolicy } from './store-error-policy.js';
 
+/** nginx's status for a client that closed the connection first; nobody receives it, logs show it. */
+const CLIENT_CLOSED = 499;
+
 /** Retry-After for requests refused because the store failed under `onStoreError: 'deny'`. */
 const STORE_ERROR_RETRY_MS = 1_000;
+
+/** Requests that wait per key for `countOn` units in flight; more are refused at once, without a penalty. */
+const IN_FLIGHT_WAITERS_PER_KEY = 100;
 
 /** A rule made concrete for one request. */
 interface PreparedRule {
@@ -46,6 +55,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   private readonly rejections: SampledLogger | undefined;
   private readonly storeErrors: SampledLogger;
   private readonly warned = new Set<string>();
+  private readonly inFlight = new InFlightWaits(IN_FLIGHT_WAITERS_PER_KEY);
   /** For `onStoreError: 'local'`; only a shared store (Redis) can fail in a way it covers. */
   private readonly fallback: LocalFallback | undefined;
 
@@ -91,13 +101,36 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   async check(rules: readonly RateLimitRule[], context: ExecutionContext): Promise<RateLimitOutcome> {
     const prepared = await Promise.all(rules.map((rule) => this.prepare(rule, context)));
     const hits = prepared.map((p) => p.hit);
-    const now = this.now();
-    let consumption: RateLimitConsumption;
-    try {
-      consumption = await this.store.consume(hits, now);
-    } catch (error) {
-      return this.onStoreError(prepared, error, now ?? Date.now());
+    const waitUntil = performance.now() + this.options.inFlightWaitMs;
+    for (let attempt = 0; ; attempt += 1) {
+      const now = this.now();
+      let consumption: RateLimitConsumption;
+      try {
+        consumption = await this.store.consume(hits, now);
+      } catch (error) {
+        return this.onStoreError(prepared, error, now ?? Date.now());
+      }
+      const inFlight = keysInFlight(hits, consumption);
+      const left = waitUntil - performance.now();
+      // Backs off from 10 ms to 200 ms between asks, for admissions other instances settle unseen.
+      if (
+        inFlight &&
+        left > 0 &&
+        (await this.inFlight.wait(inFlight, Math.min(left, 10 * 2 ** Math.min(attempt, 4))))
+      ) {
+        continue;
+      }
+      return this.decided(prepared, consumption, now);
     }
+  }
+
+  /** Turns the store's decisions into the request's outcome, after the lost-write check. */
+  private async decided(
+    prepared: readonly PreparedRule[],
+    consumption: RateLimitConsumption,
+    now: number | undefined,
+  ): Promise<RateLimitOutcome> {
+    const hits = prepared.map((p) => p.hit);
     if (consumption.replicated === false) {
       this.storeErrors.record('wait', 'Fewer replicas than waitForReplicas asks confirmed the counts in time');
     }
@@ -111,6 +144,12 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     }
     const decisions = prepared.map(({ rule, identity }, i): RuleDecision => {
       const decision = consumption.decisions[i];
+      if (decision.repaired) {
+        this.storeErrors.record(
+          `repaired:${rule.name}`,
+          `Mended a key of rule ${rule.name} found corrupt or without a TTL (${hits[i].key}, among others)`,
+        );
+      }
       return { ...decision, rule, identity: identity ?? ANONYMOUS_IDENTITY, fallback: false };
     });
     if (!consumption.allowed && this.rejections) {
@@ -136,19 +175,23 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   }
 
   /**
-   * Ends an admitted request: refunds the units of rules whose `countOn` the response did not meet.
-   * Never throws; a failed refund leaves the request counted (the safe side) and is logged.
+   * Ends an admitted request: its `countOn` units are no longer in flight, and those of rules whose
+   * `countOn` the response did not meet are refunded. Wakes requests waiting on those units. Never
+   * throws; a failed call leaves the request counted (the safe side) and is logged.
    */
   async settle(settled: RateLimitOutcome, succeeded: boolean): Promise<void> {
-    const refunds = settled.conditional
-      .filter(({ countOn }) => (countOn === 'success') !== succeeded)
-      .map(({ refund }) => refund);
-    if (refunds.length === 0) return;
+    if (settled.conditional.length === 0) return;
+    const settlements = settled.conditional.map(({ countOn, refund }) => ({
+      ...refund,
+      refund: (countOn === 'success') !== succeeded,
+    }));
     try {
-      await this.store.refund(refunds);
+      await this.store.settle(settlements);
     } catch (error) {
       const reason = describeError(error);
-      this.storeErrors.record(`refund:${reason}`, `Refund failed (${reason}); those requests stay counted`);
+      this.storeErrors.record(`refund:${reason}`, `Settling countOn units failed (${reason}); they stay counted`);
+    } finally {
+      this.inFlight.settled(settlements.map(({ hit }) => hit.key));
     }
   }
 
@@ -237,7 +280,12 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   private async prepare(rule: RateLimitRule, context: ExecutionContext): Promise<PreparedRule> {
     const thresholds = this.thresholds.resolve(rule);
     const [identity, cost] = await Promise.all([this.identify(rule, context), this.costOf(rule, context)]);
-    const { key, blockKey, markerKey } = rateLimitKeys(this.options.keyPrefix, rule.name, identity, rule.algorithm);
+    const { key, blockKey, markerKey, pendingKey } = rateLimitKeys(
+      this.options.keyPrefix,
+      rule.name,
+      identity,
+      rule.algorithm,
+    );
     const { lostWriteMarker } = this.options;
     return {
       rule,
@@ -247,6 +295,8 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         key,
         blockKey,
         markerKey,
+        pendingKey,
+        conditional: rule.countOn !== 'all',
         markFrom:
           lostWriteMarker && rule.algorithm === 'fixed-window'
             ? Math.max(1, Math.ceil(thresholds.count * lostWriteMarker))
@@ -265,12 +315,11 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     const { by } = rule;
     if (by === 'global') return 'global';
     if (by === 'ip') {
-      const request = context.switchToHttp().getRequest<{ ip?: string; socket?: { remoteAddress?: string } }>();
+      const request = context
+        .switchToHttp()
+        .getRequest<{ ip?: string; socket?: { remoteAddress?: string; destroyed?: boolean } }>();
       const address = request.ip ?? request.socket?.remoteAddress;
-      if (!address) {
-        // A closed socket; never a shared 'unknown' bucket that one client could exhaust for all.
-        throw new Error(`@RateLimit on ${rule.declaredOn}: the request has no client address`);
-      }
+      if (!address) throw this.noClientAddress(rule, request.socket?.destroyed ?? true);
       return clientAddressIdentity(address, this.options.ipv6PrefixBits);
     }
     const identity: unknown = await by(context);
@@ -294,6 +343,22 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       `@RateLimit on ${rule.declaredOn}: 'cost' returned ${describeValue(value)}, not a whole number >= 0; counting 1`,
     );
     return 1;
+  }
+
+  /**
+   * Never a shared 'unknown' counter that one client could exhaust for all, and never an unknown
+   * error, which Nest logs with its stack for every request: a client resetting its connections
+   * must not write a line each. A closed connection (the client went away before the decision) is
+   * refused quietly, uncounted, and its handler never runs. An open one without an address is a
+   * server listening where sockets have none (a Unix socket without `trust proxy`): said once.
+   */
+  private noClientAddress(rule: RateLimitRule, closed: boolean): HttpException {
+    if (closed) return new HttpException('The connection closed before the request was decided', CLIENT_CLOSED);
+    this.warnOnce(
+      `address:${rule.declaredOn}:${rule.name}`,
+      `@RateLimit on ${rule.declaredOn}: requests have no client address (a Unix socket? set 'trust proxy' so req.ip names the client); they are refused with 500`,
+    );
+    return new InternalServerErrorException('The client address is unknown');
   }
 
   /** A misconfiguration is reported once, not per request; the set is bounded by the rules. */
@@ -342,6 +407,21 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     });
     return { ...outcome(decisions, allowed, []), storeError: policyOf(policies) };
   }
+}
+
+/**
+ * The keys to wait on when every rule that rejected did so only because of `countOn` units still in
+ * flight; undefined when the request is admitted or some rejection is final.
+ */
+function keysInFlight(hits: readonly RateLimitHit[], consumption: RateLimitConsumption): string[] | undefined {
+  if (consumption.allowed) return undefined;
+  const keys: string[] = [];
+  for (const [i, decision] of consumption.decisions.entries()) {
+    if (decision.allowed) continue;
+    if (!decision.provisional) return undefined;
+    keys.push(hits[i].key);
+  }
+  return keys;
 }
 
 /** The policy that decided a request the store could not: 'deny' if any rule denies. */

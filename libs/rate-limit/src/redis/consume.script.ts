@@ -9,15 +9,52 @@ import { RedisScript } from './redis-script.js';
 /** Keys outlive the time their state matters by this much, so a slow call never finds them gone. */
 export const GRACE_MS = 1_000;
 
-/** ARGV entries per rule, after the three leading ones. */
-const ARGS_PER_RULE = 8;
-const REFUND_ARGS_PER_RULE = 5;
+/** KEYS and ARGV entries per rule, after the three leading ARGV entries. */
+const KEYS_PER_RULE = 4;
+const ARGS_PER_RULE = 9;
+const REFUND_KEYS_PER_RULE = 2;
+const REFUND_ARGS_PER_RULE = 6;
 
-/** Every algorithm's Lua, as the table ALG[name] = { check, commit, refund }. */
+/**
+ * Helpers every script shares, then every algorithm's Lua as the table ALG[name] = { check, commit,
+ * refund }.
+ *
+ * State is read through `read` and `num`, never trusted: a key of another type (WRONGTYPE: a bad
+ * restore, another program writing under the prefix) is deleted and read as absent, a value that is
+ * no finite number reads as absent, and a key found without a TTL is given one. Each sets `repaired`,
+ * which the scripts report per rule. So a corrupt key costs only its own identity a fresh counter,
+ * never an error reply that would count against Redis for every other request.
+ */
 const ALGORITHMS_LUA = `
 local GRACE_MS = ${GRACE_MS}
 local ROUNDING_EPSILON = ${ROUNDING_EPSILON}
 local function fmt(x) return string.format('%.17g', x) end
+local repaired = false
+local function read(command, key, ...)
+  local reply = redis.pcall(command, key, ...)
+  if type(reply) == 'table' and reply.err then
+    redis.call('DEL', key)
+    repaired = true
+    return nil
+  end
+  return reply
+end
+local function write(command, key, ...)
+  return read(command, key, ...) or redis.call(command, key, ...)
+end
+local function num(x)
+  if not x then return nil end
+  local v = tonumber(x)
+  if v and v == v and v ~= math.huge and v ~= -math.huge then return v end
+  repaired = true
+  return nil
+end
+local function ensureTtl(key, ms)
+  if redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIRE', key, math.max(1, math.floor(ms)))
+    repaired = true
+  end
+end
 local ALG = {}
 ${FIXED_WINDOW_LUA}
 ${SLIDING_WINDOW_LUA}
@@ -28,22 +65,51 @@ ${GCRA_LUA}`;
 /**
  * Decides all rules of one request in one atomic call: every rule is checked first, without
  * writing; only if all admit does every rule's state move. A rejected request moves no counter;
- * it only sets the block key of a rule with `blockFor` that rejected it, and gives a TTL to any
- * key found without one (left over by older code).
+ * it only sets the block key of a rule with `blockFor` that rejected it, and mends keys it found
+ * corrupt or without a TTL.
  *
- * KEYS: per rule, its state key, its block key (the time a `blockFor` penalty ends) and its marker
- *       key (a fixed window's count once high), all in one hash slot.
+ * A `countOn` rule's admissions stay in flight until the response settles (REFUND_SCRIPT ends them):
+ * its pending key holds one member per admission, `nonce:cost`, scored by its time. A rejection that
+ * the rule would not make but for units still in flight is provisional: it starts no penalty, since
+ * those units may yet be refunded, and the caller may wait for them and ask again.
+ *
+ * KEYS: per rule, its state key, its block key (the time a `blockFor` penalty ends), its marker key
+ *       (a fixed window's count once high) and its pending key, all in one hash slot.
  * ARGV: now in ms (negative: use Redis TIME), a nonce unique to the request, the number of rules,
- *       then per rule: algorithm, limit, window ms, cost, burst, block ms, and 1 to record the units
- *       without deciding (units the fallback admitted while Redis was out), else 0, and the count
- *       from which a fixed window also writes its marker (0: never).
- * Returns: all admitted (1/0), now, then per rule: admitted (1/0), remaining, reset ms.
+ *       then per rule: algorithm, limit, window ms, cost, burst, block ms, 1 to record the units
+ *       without deciding (units the fallback admitted while Redis was out) else 0, the count from
+ *       which a fixed window also writes its marker (0: never), and 1 for a `countOn` rule else 0.
+ * Returns: all admitted (1/0), now, then per rule: admitted (1/0), remaining, reset ms, and flags
+ *          (1: a provisional rejection, 2: a key of the rule was repaired).
  *
  * Each algorithm's Lua lives in `lua/<algorithm>.lua.ts`, next to its TypeScript twin's contract.
  */
 export const CONSUME_SCRIPT = new RedisScript(
   'consume',
   `${ALGORITHMS_LUA}
+-- The end of a rule's penalty, or 0. A block key found without a TTL (left by older code or a bad
+-- restore) gets one no longer than the rule's penalty, whatever end it claims: no ban for ever.
+local function blockedUntil(key, now, p)
+  local raw = read('GET', key)
+  if not raw then return 0 end
+  local ends = num(raw)
+  if not ends then
+    redis.call('DEL', key)
+    return 0
+  end
+  ensureTtl(key, math.min(math.max(0, ends - now), p.block) + GRACE_MS)
+  return ends
+end
+-- Units of a rule's admissions still in flight; ones older than a window no longer hold any.
+local function inFlightUnits(key, now, p)
+  read('ZREMRANGEBYSCORE', key, '-inf', now - p.window)
+  ensureTtl(key, p.window + GRACE_MS)
+  local units = 0
+  for _, member in ipairs(read('ZRANGE', key, 0, -1) or {}) do
+    units = units + (tonumber(string.match(member, ':(%d+)$')) or 0)
+  end
+  return units
+end
 local now = tonumber(ARGV[1])
 if now < 0 then
   local t = redis.call('TIME')
@@ -54,65 +120,88 @@ local n = tonumber(ARGV[3])
 local params, steps = {}, {}
 local all = true
 for i = 1, n do
-  local b = 3 + (i - 1) * ${ARGS_PER_RULE}
+  local b, k = 3 + (i - 1) * ${ARGS_PER_RULE}, (i - 1) * ${KEYS_PER_RULE}
   local p = { alg = ARGV[b + 1], limit = tonumber(ARGV[b + 2]), window = tonumber(ARGV[b + 3]),
               cost = tonumber(ARGV[b + 4]), burst = tonumber(ARGV[b + 5]), block = tonumber(ARGV[b + 6]),
-              force = ARGV[b + 7] == '1', markFrom = tonumber(ARGV[b + 8]), marker = KEYS[3 * i] }
+              force = ARGV[b + 7] == '1', markFrom = tonumber(ARGV[b + 8]), conditional = ARGV[b + 9] == '1',
+              key = KEYS[k + 1], blockKey = KEYS[k + 2], marker = KEYS[k + 3], pending = KEYS[k + 4] }
   local algorithm = ALG[p.alg]
   if not algorithm then return redis.error_reply('unknown algorithm ' .. tostring(p.alg)) end
+  repaired = false
   -- A block key holds the time the penalty ends, so it follows the same clock as the counters.
-  local blockedUntil = 0
-  if p.block > 0 and not p.force then blockedUntil = tonumber(redis.call('GET', KEYS[3 * i - 1])) or 0 end
+  local ends = 0
+  if p.block > 0 and not p.force then ends = blockedUntil(p.blockKey, now, p) end
   local s
   if p.force then
     -- Recording units admitted elsewhere (the fallback, while Redis was out): count, never refuse.
-    s = algorithm.check(KEYS[3 * i - 2], now, p)
+    s = algorithm.check(p.key, now, p)
     s.allowed = true
-  elseif blockedUntil > now then
-    s = { allowed = false, remaining = 0, reset = blockedUntil - now, blocked = true }
+  elseif ends > now then
+    s = { allowed = false, remaining = 0, reset = ends - now, blocked = true }
   else
-    s = algorithm.check(KEYS[3 * i - 2], now, p)
+    s = algorithm.check(p.key, now, p)
+    if not s.allowed and p.conditional then
+      local inFlight = inFlightUnits(p.pending, now, p)
+      if inFlight >= p.cost then
+        s.provisional = true
+      elseif inFlight > 0 then
+        local without = {}
+        for name, value in pairs(p) do without[name] = value end
+        without.cost = p.cost - inFlight
+        s.provisional = algorithm.check(p.key, now, without).allowed
+      end
+    end
   end
+  s.repaired = repaired
   params[i], steps[i] = p, s
   if not s.allowed then all = false end
 end
 local out = { all and 1 or 0, now }
 for i = 1, n do
-  local p, s, key = params[i], steps[i], KEYS[3 * i - 2]
+  local p, s = params[i], steps[i]
+  repaired = false
   if all then
-    ALG[p.alg].commit(key, now, p, s, nonce)
+    ALG[p.alg].commit(p.key, now, p, s, nonce)
+    if p.conditional and not p.force then
+      write('ZADD', p.pending, now, nonce .. ':' .. p.cost)
+      redis.call('PEXPIRE', p.pending, p.window + GRACE_MS)
+    end
   else
-    if not s.allowed and not s.blocked and p.block > 0 then
-      redis.call('SET', KEYS[3 * i - 1], fmt(now + p.block), 'PX', p.block + GRACE_MS)
+    if not s.allowed and not s.blocked and not s.provisional and p.block > 0 then
+      redis.call('SET', p.blockKey, fmt(now + p.block), 'PX', p.block + GRACE_MS)
       s.reset = math.max(s.reset, p.block)
     end
-    if redis.call('PTTL', key) == -1 then redis.call('PEXPIRE', key, p.window + GRACE_MS) end
+    -- Two windows: as long as any algorithm's state matters, but for long token-bucket bursts.
+    ensureTtl(p.key, 2 * p.window + GRACE_MS)
   end
   out[#out + 1] = s.allowed and 1 or 0
   out[#out + 1] = s.remaining
   out[#out + 1] = s.reset
+  out[#out + 1] = (s.provisional and 1 or 0) + ((s.repaired or repaired) and 2 or 0)
 end
 return out
 `,
 );
 
 /**
- * Takes back the units of hits admitted together by one CONSUME_SCRIPT call: for refunds
- * (`countOn`), and on Cluster for the slots that admitted a request another slot rejected.
+ * Ends admissions of one CONSUME_SCRIPT call: the response settled (a `countOn` rule's admission is
+ * no longer in flight) and, where asked, the units are taken back: for refunds (`countOn`), and on
+ * Cluster for the slots that admitted a request another slot rejected.
  *
- * KEYS: per rule, its state key.
+ * KEYS: per rule, its state key and its pending key.
  * ARGV: the `now` that CONSUME_SCRIPT returned, its nonce, the number of rules, then per rule:
- *       algorithm, limit, window ms, cost, burst.
+ *       algorithm, limit, window ms, cost, burst, and 1 to take the units back else 0.
  */
 export const REFUND_SCRIPT = new RedisScript(
   'refund',
   `${ALGORITHMS_LUA}
 local at, nonce, n = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 for i = 1, n do
-  local b = 3 + (i - 1) * ${REFUND_ARGS_PER_RULE}
+  local b, k = 3 + (i - 1) * ${REFUND_ARGS_PER_RULE}, (i - 1) * ${REFUND_KEYS_PER_RULE}
   local p = { alg = ARGV[b + 1], limit = tonumber(ARGV[b + 2]), window = tonumber(ARGV[b + 3]),
               cost = tonumber(ARGV[b + 4]), burst = tonumber(ARGV[b + 5]) }
-  ALG[p.alg].refund(KEYS[i], at, p, nonce)
+  read('ZREM', KEYS[k + 2], nonce .. ':' .. p.cost)
+  if ARGV[b + 6] == '1' then ALG[p.alg].refund(KEYS[k + 1], at, p, nonce) end
 end
 return n
 `,
@@ -130,7 +219,8 @@ export const RAISE_FIXED_WINDOW_SCRIPT = new RedisScript(
   `
 local function fmt(x) return string.format('%.17g', x) end
 local start, figure = tonumber(ARGV[1]), tonumber(ARGV[2])
-local st = redis.call('HMGET', KEYS[1], 's', 'c')
+local st = redis.pcall('HMGET', KEYS[1], 's', 'c')
+if st.err then return 0 end
 if tonumber(st[1]) == start and tonumber(st[2]) and tonumber(st[2]) < figure then
   redis.call('HSET', KEYS[1], 'c', fmt(figure))
   return 1

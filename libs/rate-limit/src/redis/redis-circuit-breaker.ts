@@ -6,8 +6,9 @@ import {
   type IBreaker,
   SamplingBreaker,
   circuitBreaker,
-  handleAll,
+  handleWhen,
 } from 'cockatiel';
+import { SampledLogger } from '../logging/sampled-logger.js';
 
 export interface RateLimitCircuitBreakerOptions {
   /** Open when at least this share of calls in the window failed or timed out. Default 0.3. */
@@ -54,14 +55,34 @@ class EitherBreaker implements IBreaker {
 }
 
 /**
+ * Whether a failed call says Redis is failing, rather than one key is bad. A key of another type
+ * (WRONGTYPE) is an answer from a healthy Redis about that key alone: the scripts mend such keys,
+ * and if one still fails, that request is decided by its rule's `onStoreError`, and nobody else's.
+ */
+export function isRedisFailure(error: Error): boolean {
+  return !error.message.startsWith('WRONGTYPE');
+}
+
+/**
  * Stops sending to Redis while it is failing: once open, calls fail at once (and the fallback
- * policy decides), until a probe call succeeds. Each transition is logged once; `state` tells it.
+ * policy decides), until a probe call succeeds. `state` tells where it is. Transitions are logged
+ * by sampling: the first of each kind at once, then at most one line per kind per interval counting
+ * those since, so an outage that flaps open and half-open every 250 ms writes a few lines, not 8 a
+ * second.
  */
 export class RedisCircuitBreaker {
   private readonly policy: CircuitBreakerPolicy;
+  private readonly transitions: SampledLogger;
 
-  constructor(options: Required<RateLimitCircuitBreakerOptions>, logger: LoggerService) {
-    this.policy = circuitBreaker(handleAll, {
+  constructor(options: Required<RateLimitCircuitBreakerOptions>, logger: LoggerService, logIntervalMs: number) {
+    this.transitions = new SampledLogger(logger, {
+      intervalMs: logIntervalMs,
+      maxLinesPerSecond: 3,
+      maxKeys: 4,
+      level: 'warn',
+      summary: 'Redis circuit transitions',
+    });
+    this.policy = circuitBreaker(handleWhen(isRedisFailure), {
       halfOpenAfter: options.halfOpenAfterMs,
       breaker: new EitherBreaker([
         new SamplingBreaker({
@@ -72,16 +93,18 @@ export class RedisCircuitBreaker {
         new ConsecutiveBreaker(options.consecutiveFailures),
       ]),
     });
-    this.policy.onStateChange((state) => {
-      const message = {
-        [CircuitState.Open]: `Redis circuit open: no calls to Redis for ${options.halfOpenAfterMs} ms; requests follow onStoreError`,
-        [CircuitState.HalfOpen]: 'Redis circuit half-open: probing Redis with one call',
-        [CircuitState.Closed]: 'Redis circuit closed: Redis decides again',
-        [CircuitState.Isolated]: 'Redis circuit isolated',
-      }[state];
-      if (state === CircuitState.Closed) logger.log(message);
-      else logger.warn(message);
-    });
+    const messages: Record<CircuitState, string> = {
+      [CircuitState.Open]: `Redis circuit open: no calls to Redis for ${options.halfOpenAfterMs} ms; requests follow onStoreError`,
+      [CircuitState.HalfOpen]: 'Redis circuit half-open: probing Redis with one call',
+      [CircuitState.Closed]: 'Redis circuit closed: Redis decides again',
+      [CircuitState.Isolated]: 'Redis circuit isolated',
+    };
+    this.policy.onStateChange((state) => this.transitions.record(STATE_NAMES[state], messages[state]));
+  }
+
+  /** Writes the transitions not reported yet: call on shutdown. */
+  close(): void {
+    this.transitions.close();
   }
 
   get state(): CircuitBreakerState {

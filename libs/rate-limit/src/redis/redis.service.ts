@@ -9,6 +9,7 @@ import {
 import { type KeyAuditReport, auditRateLimitKeys } from '../audit/key-audit.js';
 import { type CircuitBreakerState, RedisCircuitBreaker } from './redis-circuit-breaker.js';
 import type { RedisScript } from './redis-script.js';
+import { DEFAULT_LOG_INTERVAL_MS } from '../rate-limit.constants.js';
 
 /** Raised when Redis does not answer a call within `redisTimeoutMs`. */
 export class RedisTimeoutError extends Error {
@@ -66,7 +67,10 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   ) {
     this.timeoutMs = resolved.redisTimeoutMs;
     this.keyPrefix = resolved.keyPrefix;
-    if (resolved.circuitBreaker) this.breaker = new RedisCircuitBreaker(resolved.circuitBreaker, this.logger);
+    if (resolved.circuitBreaker) {
+      const logIntervalMs = resolved.logging ? resolved.logging.intervalMs : DEFAULT_LOG_INTERVAL_MS;
+      this.breaker = new RedisCircuitBreaker(resolved.circuitBreaker, this.logger, logIntervalMs);
+    }
     const given = options.redis;
     if (given === undefined) {
       this.ownsClient = false;
@@ -183,6 +187,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   }
 
   async onApplicationShutdown(): Promise<void> {
+    this.breaker?.close();
     const client = this.redis;
     client?.off('ready', this.onReady);
     if (!client || !this.ownsClient || client.status === 'end') return;
@@ -214,15 +219,34 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   }
 }
 
+/**
+ * Rejects with `RedisTimeoutError` when `promise` has not settled `ms` after the call, as Redis sees
+ * it, not as a stalled event loop sees it. Timers run before I/O in each turn of the event loop, so
+ * after a long synchronous stretch (a CPU-bound handler, a GC pause) the deadline timer would fire
+ * before the reply that arrived meanwhile is read, and a healthy Redis would look slow. So the
+ * verdict waits for `setImmediate`, which runs after the loop's next I/O poll: a reply already in
+ * the socket by then settles the call first. With an idle loop this adds nothing but one turn.
+ */
 function withDeadline<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
   return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new RedisTimeoutError(`Redis did not answer ${what} within ${ms} ms`)), ms);
+    let settled = false;
+    const timer = setTimeout(() => {
+      setImmediate(() => {
+        if (settled) return;
+        settled = true;
+        reject(new RedisTimeoutError(`Redis did not answer ${what} within ${ms} ms`));
+      });
+    }, ms);
     promise.then(
       (value) => {
+        if (settled) return;
+        settled = true;
         clearTimeout(timer);
         resolve(value);
       },
       (error: unknown) => {
+        if (settled) return;
+        settled = true;
         clearTimeout(timer);
         reject(error);
       },

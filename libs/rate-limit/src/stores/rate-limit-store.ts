@@ -23,6 +23,13 @@ export interface RateLimitHit {
    * two windows), and a window whose counter is missing resumes from it (0: no marker).
    */
   markFrom: number;
+  /**
+   * A `countOn` rule: an admission stays in flight until the response settles (`settle`), and a
+   * rejection caused only by units in flight is provisional: no penalty, and worth asking again.
+   */
+  conditional: boolean;
+  /** Where a `conditional` rule's admissions in flight are kept; in the same hash slot as `key`. */
+  pendingKey: string;
 }
 
 /** The same shape from every store and algorithm, so headers and `Retry-After` never differ. */
@@ -33,6 +40,13 @@ export interface RateLimitDecision {
   remaining: number;
   /** Admitted: ms until the full limit is available again. Rejected: ms until it would be admitted. */
   resetMs: number;
+  /**
+   * Rejected by a `conditional` rule only because of units still in flight, which may yet be
+   * refunded: no penalty started, and the same request may be admitted once they settle.
+   */
+  provisional?: boolean;
+  /** A key of this rule was found corrupt (another type, no number, no TTL) and mended. */
+  repaired?: boolean;
 }
 
 /** What a store needs to take an admitted hit back. Opaque to callers. */
@@ -62,6 +76,11 @@ export interface RateLimitRefund {
   receipt: RateLimitReceipt;
 }
 
+/** An admitted hit whose request has ended: its units taken back (`refund: true`) or kept. */
+export interface RateLimitSettlement extends RateLimitRefund {
+  refund: boolean;
+}
+
 /**
  * Where counters live. A store decides all hits of one request atomically: either every rule
  * admits and every counter moves, or the request is rejected and no counter moves.
@@ -75,10 +94,14 @@ export abstract class RateLimitStore {
    */
   abstract consume(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitConsumption>;
   /**
-   * Takes back the units of admitted hits, as far as their windows still hold them (a window that
-   * has ended stays ended).
+   * Ends admitted hits: no longer in flight, and those with `refund` taken back as far as their
+   * windows still hold them (a window that has ended stays ended).
    */
-  abstract refund(refunds: readonly RateLimitRefund[]): Promise<void>;
+  abstract settle(settlements: readonly RateLimitSettlement[]): Promise<void>;
+  /** Takes back the units of admitted hits: `settle` with `refund` for each. */
+  refund(refunds: readonly RateLimitRefund[]): Promise<void> {
+    return this.settle(refunds.map((refund) => ({ ...refund, refund: true })));
+  }
   /**
    * Counts units that were admitted without the store (by the fallback while it was out), without
    * deciding anything: counters may pass their limit.

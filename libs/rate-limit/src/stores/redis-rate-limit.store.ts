@@ -9,7 +9,7 @@ import {
   type RateLimitDecision,
   type RateLimitHit,
   type RateLimitReceipt,
-  type RateLimitRefund,
+  type RateLimitSettlement,
   RateLimitStore,
 } from './rate-limit-store.js';
 
@@ -125,25 +125,26 @@ export class RedisRateLimitStore extends RateLimitStore {
     await this.redis.run(RAISE_FIXED_WINDOW_SCRIPT, [hit.key], [windowStart, figure]);
   }
 
-  async refund(refunds: readonly RateLimitRefund[]): Promise<void> {
+  async settle(settlements: readonly RateLimitSettlement[]): Promise<void> {
     // One call per slot and admission (a request's hits share one nonce; slots may differ in time).
-    const byCall = new Map<string, RateLimitRefund[]>();
-    for (const refund of refunds) {
-      const id = `${this.slotOf(refund.hit.key)}|${refund.receipt.admittedAt}|${refund.receipt.nonce}`;
+    const byCall = new Map<string, RateLimitSettlement[]>();
+    for (const settlement of settlements) {
+      const { hit, receipt } = settlement;
+      const id = `${this.slotOf(hit.key)}|${receipt.admittedAt}|${receipt.nonce}`;
       const group = byCall.get(id);
-      if (group) group.push(refund);
-      else byCall.set(id, [refund]);
+      if (group) group.push(settlement);
+      else byCall.set(id, [settlement]);
     }
     await Promise.all(
       [...byCall.values()].map((group) => {
         const { admittedAt, nonce } = group[0].receipt;
+        const keys: string[] = [];
         const args: (string | number)[] = [admittedAt, nonce, group.length];
-        for (const { hit } of group) args.push(hit.algorithm, hit.limit, hit.windowMs, hit.cost, hit.burst);
-        return this.redis.run(
-          REFUND_SCRIPT,
-          group.map(({ hit }) => hit.key),
-          args,
-        );
+        for (const { hit, refund } of group) {
+          keys.push(hit.key, hit.pendingKey);
+          args.push(hit.algorithm, hit.limit, hit.windowMs, hit.cost, hit.burst, refund ? 1 : 0);
+        }
+        return this.redis.run(REFUND_SCRIPT, keys, args);
       }),
     );
   }
@@ -159,20 +160,37 @@ export class RedisRateLimitStore extends RateLimitStore {
     const args: (string | number)[] = [now ?? -1, nonce, indices.length];
     for (const i of indices) {
       const hit = hits[i];
-      keys.push(hit.key, hit.blockKey, hit.markerKey);
-      args.push(hit.algorithm, hit.limit, hit.windowMs, hit.cost, hit.burst, hit.blockMs, record ? 1 : 0, hit.markFrom);
+      keys.push(hit.key, hit.blockKey, hit.markerKey, hit.pendingKey);
+      args.push(
+        hit.algorithm,
+        hit.limit,
+        hit.windowMs,
+        hit.cost,
+        hit.burst,
+        hit.blockMs,
+        record ? 1 : 0,
+        hit.markFrom,
+        hit.conditional && !record ? 1 : 0,
+      );
     }
     const reply = (await this.redis.run(CONSUME_SCRIPT, keys, args)) as number[];
     return {
       indices,
       allowed: reply[0] === 1,
       admittedAt: reply[1],
-      decisions: indices.map((hitIndex, i) => ({
-        allowed: reply[2 + i * 3] === 1,
-        limit: hits[hitIndex].limit,
-        remaining: reply[3 + i * 3],
-        resetMs: reply[4 + i * 3],
-      })),
+      decisions: indices.map((hitIndex, i) => {
+        const at = 2 + i * 4;
+        const decision: RateLimitDecision = {
+          allowed: reply[at] === 1,
+          limit: hits[hitIndex].limit,
+          remaining: reply[at + 1],
+          resetMs: reply[at + 2],
+        };
+        // Set only when true, so decisions compare equal to the memory store's.
+        if (reply[at + 3] & 1) decision.provisional = true;
+        if (reply[at + 3] & 2) decision.repaired = true;
+        return decision;
+      }),
     };
   }
 

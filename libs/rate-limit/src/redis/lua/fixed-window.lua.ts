@@ -8,15 +8,16 @@ export const FIXED_WINDOW_LUA = `
 ALG['fixed-window'] = {
   check = function(key, now, p)
     local start, count = now, 0
-    local st = redis.call('HMGET', key, 's', 'c')
-    local s0, c0 = tonumber(st[1]), tonumber(st[2])
+    local st = read('HMGET', key, 's', 'c') or {}
+    local s0, c0 = num(st[1]), num(st[2])
     if s0 and c0 and now < s0 + p.window then
       start = s0; count = c0
     elseif not (s0 and c0) and p.markFrom > 0 then
       -- The counter is missing (a failover to a replica that lacked it?) but the window's marker
       -- is not: resume from it.
-      local m = redis.call('HMGET', p.marker, 's', 'c')
-      local ms, mc = tonumber(m[1]), tonumber(m[2])
+      local m = read('HMGET', p.marker, 's', 'c') or {}
+      ensureTtl(p.marker, 2 * p.window)
+      local ms, mc = num(m[1]), num(m[2])
       if ms and mc and now >= ms and now < ms + p.window then start = ms; count = mc end
     end
     local allowed = count + p.cost <= p.limit
@@ -30,13 +31,13 @@ ALG['fixed-window'] = {
     redis.call('HSET', key, 's', fmt(s.start), 'c', fmt(s.count))
     redis.call('PEXPIRE', key, s.ttl + GRACE_MS)
     if p.markFrom > 0 and s.count >= p.markFrom then
-      redis.call('HSET', p.marker, 's', fmt(s.start), 'c', fmt(s.count))
+      write('HSET', p.marker, 's', fmt(s.start), 'c', fmt(s.count))
       redis.call('PEXPIRE', p.marker, 2 * p.window)
     end
   end,
   refund = function(key, at, p)
-    local st = redis.call('HMGET', key, 's', 'c')
-    local start, count = tonumber(st[1]), tonumber(st[2])
+    local st = read('HMGET', key, 's', 'c') or {}
+    local start, count = num(st[1]), num(st[2])
     if start and count and at >= start and at < start + p.window then
       redis.call('HSET', key, 'c', fmt(math.max(0, count - p.cost)))
     end

@@ -5,7 +5,7 @@ ALG['gcra'] = {
     local interval = p.window / p.limit
     local tolerance = (p.window * p.burst) / p.limit
     local tat = now
-    local stored = tonumber(redis.call('GET', key))
+    local stored = num(read('GET', key))
     if stored then tat = math.max(stored, now) end
     local nextTat = tat + p.cost * interval
     local allowAt = nextTat - tolerance
@@ -19,7 +19,7 @@ ALG['gcra'] = {
     redis.call('SET', key, fmt(s.tat), 'PX', s.ttl + GRACE_MS)
   end,
   refund = function(key, at, p)
-    local tat = tonumber(redis.call('GET', key))
+    local tat = num(read('GET', key))
     if tat then redis.call('SET', key, fmt(tat - p.cost * (p.window / p.limit)), 'KEEPTTL') end
   end,
 }

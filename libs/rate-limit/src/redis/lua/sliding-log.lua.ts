@@ -7,7 +7,7 @@ ALG['sliding-log'] = {
   check = function(key, now, p)
     -- Only units newer than now - window count; the check writes nothing.
     local from = '(' .. (now - p.window)
-    local count = redis.call('ZCOUNT', key, from, '+inf')
+    local count = read('ZCOUNT', key, from, '+inf') or 0
     local allowed = count + p.cost <= p.limit
     local reset = p.window
     if not allowed then
@@ -43,7 +43,7 @@ ALG['sliding-log'] = {
     for n = 1, p.cost do
       members[#members + 1] = at .. ':' .. nonce .. ':' .. n
       if #members >= 100 or n == p.cost then
-        redis.call('ZREM', key, unpack(members))
+        read('ZREM', key, unpack(members))
         members = {}
       end
     end

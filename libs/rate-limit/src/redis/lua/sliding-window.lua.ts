@@ -8,8 +8,8 @@ ALG['sliding-window'] = {
     local W = p.window
     local index = math.floor(now / W)
     local current, previous = 0, 0
-    local st = redis.call('HMGET', key, 'i', 'c', 'p', 'w')
-    local si, sc, sp, sw = tonumber(st[1]), tonumber(st[2]), tonumber(st[3]), tonumber(st[4])
+    local st = read('HMGET', key, 'i', 'c', 'p', 'w') or {}
+    local si, sc, sp, sw = num(st[1]), num(st[2]), num(st[3]), num(st[4])
     if si and sc and sp and sw == W then
       if si == index or si == index + 1 then index = si; current = sc; previous = sp
       elseif si == index - 1 then previous = sc end
@@ -42,8 +42,8 @@ ALG['sliding-window'] = {
   end,
   refund = function(key, at, p)
     local index = math.floor(at / p.window)
-    local st = redis.call('HMGET', key, 'i', 'c', 'p', 'w')
-    local si, sc, sp, sw = tonumber(st[1]), tonumber(st[2]), tonumber(st[3]), tonumber(st[4])
+    local st = read('HMGET', key, 'i', 'c', 'p', 'w') or {}
+    local si, sc, sp, sw = num(st[1]), num(st[2]), num(st[3]), num(st[4])
     if not (si and sc and sp) or sw ~= p.window then return end
     if si == index then redis.call('HSET', key, 'c', fmt(math.max(0, sc - p.cost)))
     elseif si == index + 1 then redis.call('HSET', key, 'p', fmt(math.max(0, sp - p.cost))) end

@@ -7,8 +7,8 @@ ALG['token-bucket'] = {
   check = function(key, now, p)
     local rate = p.limit / p.window
     local tokens, refilledAt = p.burst, now
-    local st = redis.call('HMGET', key, 't', 'r')
-    local t0, r0 = tonumber(st[1]), tonumber(st[2])
+    local st = read('HMGET', key, 't', 'r') or {}
+    local t0, r0 = num(st[1]), num(st[2])
     if t0 and r0 then
       refilledAt = math.max(now, r0)
       tokens = math.min(p.burst, t0 + math.max(0, now - r0) * rate)
@@ -28,7 +28,7 @@ ALG['token-bucket'] = {
     redis.call('PEXPIRE', key, s.ttl + GRACE_MS)
   end,
   refund = function(key, at, p)
-    local tokens = tonumber(redis.call('HGET', key, 't'))
+    local tokens = num(read('HGET', key, 't'))
     if tokens then redis.call('HSET', key, 't', fmt(math.min(p.burst, tokens + p.cost))) end
   end,
 }

@@ -1,0 +1,180 @@
+import type { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RateLimitAlgorithmName, RateLimitHit, RateLimitStore, RedisService } from '@app/rate-limit';
+import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { createStore, hit } from '../support/store-module.js';
+import { uniquePrefix } from '../support/test-app.js';
+
+const ALGORITHMS: RateLimitAlgorithmName[] = ['fixed-window', 'sliding-window', 'sliding-log', 'token-bucket', 'gcra'];
+const GRACE_MS = 1_000;
+
+/** Keys the library writes, planted as older code, a bad restore or another program would leave them. */
+describe('keys found without a TTL or corrupt are mended by the next request that touches them', () => {
+  let server: RedisServer;
+  let redis: Redis;
+  let store: RateLimitStore;
+  let service: RedisService;
+  let close: () => Promise<void>;
+  // Decisions on a fake clock (passed to every call); TTLs run on Redis's own.
+  const t0 = 1_800_000_000_000;
+
+  beforeAll(async () => {
+    server = await startRedisServer();
+    redis = server.client();
+    ({ store, redis: service, close } = await createStore({ redis: server.url, redisTimeoutMs: 1_000 }));
+  });
+
+  afterAll(async () => {
+    await close?.();
+    await server?.stop();
+  });
+
+  const keyOf = (name: string, algorithm: RateLimitAlgorithmName = 'fixed-window') => {
+    const base = `${uniquePrefix()}:{${name}}:r`;
+    return (overrides: Partial<RateLimitHit> & { limit: number; windowMs: number }) =>
+      hit(`${base}:${algorithm}`, {
+        algorithm,
+        blockKey: `${base}:block`,
+        markerKey: `${base}:mark`,
+        pendingKey: `${base}:pend`,
+        ...overrides,
+      });
+  };
+
+  const admitted = async (hits: RateLimitHit[], now: number) => (await store.consume(hits, now)).allowed;
+
+  it.each(ALGORITHMS)(
+    '%s: a full counter without a TTL gets one and frees the client when its window ends',
+    async (algorithm) => {
+      const rule = keyOf(`counter-${algorithm}`, algorithm)({ limit: 2, windowMs: 10_000 });
+      expect(await admitted([rule], t0)).toBe(true);
+      expect(await admitted([rule], t0)).toBe(true);
+      await redis.persist(rule.key);
+      const refused = await store.consume([rule], t0 + 1);
+      expect(refused.allowed).toBe(false);
+      expect(refused.decisions[0].repaired).toBe(true);
+      const ttl = await redis.pttl(rule.key);
+      expect(ttl).toBeGreaterThan(0);
+      expect(ttl).toBeLessThanOrEqual(20_000 + GRACE_MS);
+      // Every algorithm has its full limit back two windows later (sliding-window: the previous one weighs no more).
+      expect(await admitted([rule], t0 + 20_001)).toBe(true);
+    },
+  );
+
+  it('a block key without a TTL gets one no longer than the penalty, however far its end claims to be', async () => {
+    for (const planted of ['own', 'far']) {
+      const rule = keyOf(`block-${planted}`)({ limit: 1, windowMs: 1_000, blockMs: 60_000 });
+      expect(await admitted([rule], t0)).toBe(true);
+      expect(await admitted([rule], t0)).toBe(false);
+      if (planted === 'far') await redis.set(rule.blockKey, String(t0 + 10 * 365 * 86_400_000));
+      else await redis.persist(rule.blockKey);
+      expect(await redis.pttl(rule.blockKey)).toBe(-1);
+
+      const blocked = await store.consume([rule], t0 + 2_000);
+      expect(blocked.allowed).toBe(false);
+      expect(blocked.decisions[0].repaired).toBe(true);
+      const ttl = await redis.pttl(rule.blockKey);
+      expect(ttl).toBeGreaterThan(0);
+      expect(ttl).toBeLessThanOrEqual(60_000 + GRACE_MS);
+      if (planted === 'own') {
+        // The penalty as the rule gave it: over at t0 + 60 s.
+        expect(await admitted([rule], t0 + 59_999)).toBe(false);
+        expect(await admitted([rule], t0 + 60_001)).toBe(true);
+      }
+    }
+  });
+
+  it('a block claiming an end years away lasts no longer than its mended TTL', async () => {
+    const rule = keyOf('block-short')({ limit: 1, windowMs: 1_000, blockMs: 200 });
+    await redis.set(rule.blockKey, '99999999999999999');
+    expect(await admitted([rule], t0)).toBe(false);
+    const ttl = await redis.pttl(rule.blockKey);
+    expect(ttl).toBeGreaterThan(0);
+    expect(ttl).toBeLessThanOrEqual(200 + GRACE_MS);
+    // Redis drops the key when the TTL runs out (real time: at most 1.2 s); then the client is admitted.
+    for (let polls = 0; (await redis.exists(rule.blockKey)) === 1; polls += 1) {
+      expect(polls).toBeLessThan(100);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    expect(await admitted([rule], t0)).toBe(true);
+  });
+
+  it('a marker without a TTL gets one (two windows) when a lost counter resumes from it', async () => {
+    const rule = keyOf('marker')({ limit: 5, windowMs: 10_000, markFrom: 4 });
+    for (let i = 0; i < 4; i += 1) expect(await admitted([rule], t0)).toBe(true);
+    await redis.persist(rule.markerKey);
+    await redis.del(rule.key);
+    const resumed = await store.consume([rule], t0 + 1);
+    expect(resumed.decisions[0].remaining).toBe(0);
+    const ttl = await redis.pttl(rule.markerKey);
+    expect(ttl).toBeGreaterThan(0);
+    expect(ttl).toBeLessThanOrEqual(20_000);
+  });
+
+  it('a pending key (countOn admissions in flight) without a TTL gets one', async () => {
+    const rule = keyOf('pending')({ limit: 1, windowMs: 10_000, conditional: true });
+    expect(await admitted([rule], t0)).toBe(true);
+    await redis.persist(rule.pendingKey);
+    const refused = await store.consume([rule], t0 + 1);
+    expect(refused.decisions[0].provisional).toBe(true);
+    const ttl = await redis.pttl(rule.pendingKey);
+    expect(ttl).toBeGreaterThan(0);
+    expect(ttl).toBeLessThanOrEqual(10_000 + GRACE_MS);
+  });
+
+  describe('a key of the wrong type or shape hurts only its identity', () => {
+    const plant: Record<RateLimitAlgorithmName, (redis: Redis, key: string) => Promise<unknown>> = {
+      'fixed-window': (r, key) => r.set(key, 'not a hash'),
+      'sliding-window': (r, key) => r.rpush(key, 'a', 'list'),
+      'sliding-log': (r, key) => r.hset(key, 'not', 'a zset'),
+      'token-bucket': (r, key) => r.sadd(key, 'a set'),
+      gcra: (r, key) => r.hset(key, 'not', 'a string'),
+    };
+
+    it.each(ALGORITHMS)(
+      '%s: WRONGTYPE is mended, the request decided on a fresh counter, the circuit stays closed',
+      async (algorithm) => {
+        const makeHit = keyOf(`wrongtype-${algorithm}`, algorithm);
+        const rule = makeHit({ limit: 3, windowMs: 10_000 });
+        const other = keyOf(`bystander-${algorithm}`, algorithm)({ limit: 3, windowMs: 10_000 });
+        // Far more than the breaker's 5 consecutive failures, if these counted as failures.
+        for (let round = 0; round < 12; round += 1) {
+          await redis.del(rule.key);
+          await plant[algorithm](redis, rule.key);
+          const decided = await store.consume([rule], t0);
+          expect(decided.allowed).toBe(true);
+          expect(decided.decisions[0].remaining).toBe(2);
+          expect(decided.decisions[0].repaired).toBe(true);
+        }
+        expect(service.circuitState).toBe('closed');
+        expect(await admitted([other], t0)).toBe(true);
+        // The mended key is the algorithm's own again, with a TTL.
+        expect(await redis.pttl(rule.key)).toBeGreaterThan(0);
+      },
+    );
+
+    it('values that are no number (text, NaN, infinity) read as no state, are rewritten, and refuse nobody', async () => {
+      for (const junk of ['abc', 'nan', 'inf', '-inf']) {
+        const rule = keyOf(`junk-${junk}`)({ limit: 3, windowMs: 10_000 });
+        await redis.hset(rule.key, 's', String(t0), 'c', junk);
+        await redis.pexpire(rule.key, 60_000);
+        const decided = await store.consume([rule], t0);
+        expect(decided.allowed).toBe(true);
+        expect(decided.decisions[0].remaining).toBe(2);
+        expect(decided.decisions[0].repaired).toBe(true);
+        expect(await redis.hget(rule.key, 'c')).toBe('1');
+      }
+    });
+
+    it('a block key or a marker of the wrong type is mended too', async () => {
+      const rule = keyOf('wrongtype-block')({ limit: 2, windowMs: 10_000, blockMs: 60_000, markFrom: 1 });
+      await redis.hset(rule.blockKey, 'not', 'a string');
+      await redis.sadd(rule.markerKey, 'not a hash');
+      const decided = await store.consume([rule], t0);
+      expect(decided.allowed).toBe(true);
+      expect(decided.decisions[0].repaired).toBe(true);
+      expect(await redis.type(rule.markerKey)).toBe('hash');
+      expect(service.circuitState).toBe('closed');
+    });
+  });
+});
