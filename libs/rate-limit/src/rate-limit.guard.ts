@@ -18,7 +18,8 @@ import {
 import { RateLimitException } from './rate-limit.exception.js';
 import { RateLimiterService } from './rate-limiter.service.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from './rate-limit.options.js';
-import { RateLimitRuleRegistry } from './rules/rate-limit-rule.registry.js';
+import { RateLimitConfigurationError } from './rules/rate-limit-rule.js';
+import { ONLY_HTTP_ROUTES, RateLimitRuleRegistry } from './rules/rate-limit-rule.registry.js';
 
 /**
  * Decides each request before pipes and the handler run: rules from `@RateLimit` metadata (compiled
@@ -39,9 +40,15 @@ export class RateLimitGuard implements CanActivate {
   ) {}
 
   async canActivate(context: ExecutionContext): Promise<boolean> {
-    if (context.getType() !== 'http') return true;
     const rules = this.registry.rulesFor(context.getClass(), context.getHandler());
     if (rules.length === 0) return true;
+    // Bootstrap refuses rules on such handlers; should one get past it, it must not pass unlimited.
+    if (context.getType() !== 'http') {
+      const handler = `${context.getClass().name}.${context.getHandler().name}`;
+      throw new RateLimitConfigurationError(
+        `@RateLimit on ${handler}: it runs in a '${context.getType()}' context, and ${ONLY_HTTP_ROUTES}`,
+      );
+    }
     const http = context.switchToHttp();
     const request = http.getRequest<object>();
     const earlier = outcomeOf(request);

@@ -1,5 +1,7 @@
 import { Injectable, Logger, type OnModuleInit } from '@nestjs/common';
+import { PATH_METADATA } from '@nestjs/common/constants.js';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
+import type { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper.js';
 import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
 import {
   type RateLimitOptions,
@@ -12,9 +14,21 @@ import {
 type Handler = Function;
 const NO_RULES: readonly RateLimitRule[] = Object.freeze([]);
 
+// PATTERN_METADATA of @MessagePattern and @EventPattern, read by key so that @nestjs/microservices stays optional.
+const MESSAGE_PATTERN_METADATA = 'microservices:pattern';
+
+/** Why a rule anywhere but on an HTTP route of a controller can never apply; the guard says it too. */
+export const ONLY_HTTP_ROUTES =
+  'only HTTP routes of controllers are limited; GraphQL, WebSocket and microservice handlers are not supported yet';
+
+/** What Nest makes of a controller method, as the metadata of its decorators tells. */
+type HandlerKind = 'route' | 'message' | 'none';
+
 /**
  * Turns decorator metadata into validated rules once per handler. Every controller is checked at
  * bootstrap, so a bad value stops the app before it serves; the guard then only looks rules up.
+ * So is every provider, and every controller method that is no HTTP route: the guard limits HTTP
+ * routes only, and a rule it would never apply must not leave a handler its author thinks protected.
  */
 @Injectable()
 export class RateLimitRuleRegistry implements OnModuleInit {
@@ -29,22 +43,19 @@ export class RateLimitRuleRegistry implements OnModuleInit {
   onModuleInit(): void {
     const problems = new Set<string>();
     const classesByName = new Map<string, Set<Handler>>();
+    const controllers = new Set<Handler>();
     for (const { metatype } of this.discovery.getControllers()) {
       if (typeof metatype !== 'function') continue;
-      const prototype = metatype.prototype as Record<string, Handler>;
-      for (const method of this.scanner.getAllMethodNames(prototype)) {
-        try {
-          const rules = this.rulesFor(metatype, prototype[method]);
-          if (rules.some((rule) => rule.name.startsWith(`${metatype.name}.`) || rule.name === metatype.name)) {
-            if (!classesByName.has(metatype.name)) classesByName.set(metatype.name, new Set());
-            classesByName.get(metatype.name)!.add(metatype);
-          }
-        } catch (error) {
-          if (!(error instanceof RateLimitConfigurationError)) throw error;
-          for (const problem of error.problems) problems.add(problem);
-        }
-      }
+      controllers.add(metatype);
+      this.checkController(metatype, problems, classesByName);
     }
+    // A class can be provided by several modules, and a controller listed as a provider too.
+    const providers = new Set<Handler>();
+    for (const wrapper of this.discovery.getProviders()) {
+      const type = providedClass(wrapper);
+      if (type && !controllers.has(type)) providers.add(type);
+    }
+    for (const type of providers) this.checkProvider(type, problems);
     if (problems.size > 0) {
       throw new RateLimitConfigurationError([...problems]);
     }
@@ -55,6 +66,69 @@ export class RateLimitRuleRegistry implements OnModuleInit {
         );
       }
     }
+  }
+
+  private checkController(controller: Handler, problems: Set<string>, classesByName: Map<string, Set<Handler>>): void {
+    const prototype = controller.prototype as Record<string, Handler>;
+    const methods = this.scanner.getAllMethodNames(prototype);
+    const hasRoutes = methods.some((method) => this.kindOf(prototype[method]) === 'route');
+    for (const method of methods) {
+      const handler = prototype[method];
+      const route = `${controller.name}.${method}`;
+      const kind = this.kindOf(handler);
+      // Class rules cover the handlers only; a helper method is not one of them.
+      if (kind === 'none' && this.declaresRules(handler)) {
+        problems.add(
+          `@RateLimit on ${route}: it is not a route handler (no @Get, @Post or other route decorator), so no request reaches it through the guard; put @RateLimit on the route instead`,
+        );
+      }
+      let rules: readonly RateLimitRule[];
+      try {
+        rules = this.rulesFor(controller, handler);
+      } catch (error) {
+        if (!(error instanceof RateLimitConfigurationError)) throw error;
+        for (const problem of error.problems) problems.add(problem);
+        continue;
+      }
+      if (rules.some((rule) => rule.name.startsWith(`${controller.name}.`) || rule.name === controller.name)) {
+        if (!classesByName.has(controller.name)) classesByName.set(controller.name, new Set());
+        classesByName.get(controller.name)!.add(controller);
+      }
+      if (kind !== 'message') continue;
+      // Rules left after @SkipRateLimit: each one the author expects to hold, and none does.
+      const why = `a microservice handler (@MessagePattern or @EventPattern), and ${ONLY_HTTP_ROUTES}`;
+      if (rules.some((rule) => rule.declaredOn !== controller.name)) {
+        problems.add(`@RateLimit on ${route}: ${route} is ${why}; remove it`);
+      }
+      if (rules.some((rule) => rule.declaredOn === controller.name)) {
+        const fix = hasRoutes
+          ? `put @SkipRateLimit() on ${route}`
+          : `remove @RateLimit from ${controller.name}, which has no HTTP route`;
+        problems.add(`@RateLimit on ${controller.name} applies to ${route}, ${why}; ${fix}`);
+      }
+    }
+  }
+
+  /** The guard never limits a provider's methods (gateways, resolvers, services), so no rule on one applies. */
+  private checkProvider(type: Handler, problems: Set<string>): void {
+    const why = `${type.name} is a provider, not a controller (WebSocket gateways and GraphQL resolvers are providers), and ${ONLY_HTTP_ROUTES}; remove it, or put it on the HTTP route that leads here`;
+    if (this.declaresRules(type)) problems.add(`@RateLimit on ${type.name}: ${why}`);
+    const prototype = type.prototype as Record<string, Handler> | undefined;
+    if (!prototype) return;
+    for (const method of this.scanner.getAllMethodNames(prototype)) {
+      if (this.declaresRules(prototype[method])) problems.add(`@RateLimit on ${type.name}.${method}: ${why}`);
+    }
+  }
+
+  private declaresRules(target: Handler): boolean {
+    return (this.reflector.get<RateLimitOptions[] | undefined>(RATE_LIMIT_RULES, target)?.length ?? 0) > 0;
+  }
+
+  private kindOf(handler: Handler): HandlerKind {
+    if (this.reflector.get(MESSAGE_PATTERN_METADATA, handler) !== undefined) return 'message';
+    // Nest's router makes a route of every method with a path, and of no other.
+    if (this.reflector.get(PATH_METADATA, handler) !== undefined) return 'route';
+    return 'none';
   }
 
   /** The rules that apply to one handler of one controller, in declaration order. */
@@ -110,4 +184,17 @@ export class RateLimitRuleRegistry implements OnModuleInit {
     }
     return rules;
   }
+}
+
+/**
+ * The class whose decorators a provider carries: its own for a class provider; for a factory or a
+ * value, the class of what it produced (instances exist by onModuleInit, except request-scoped ones).
+ */
+function providedClass({ metatype, instance, isNotMetatype }: InstanceWrapper): Handler | undefined {
+  if (!isNotMetatype) return typeof metatype === 'function' ? metatype : undefined;
+  if (typeof instance !== 'object' || instance === null) return undefined;
+  const prototype = Object.getPrototypeOf(instance) as { constructor: Handler } | null;
+  // A plain object or an Object.create(null) value is no class's instance: it has no decorators.
+  if (prototype === null || prototype === Object.prototype) return undefined;
+  return typeof prototype.constructor === 'function' ? prototype.constructor : undefined;
 }

@@ -1,0 +1,312 @@
+import { EventEmitter } from 'node:events';
+import { Controller, Get, type INestApplication, Injectable, type Provider, type Type } from '@nestjs/common';
+import { ConfigModule } from '@nestjs/config';
+import { ExecutionContextHost } from '@nestjs/core/helpers/execution-context-host.js';
+import { EventPattern, MessagePattern } from '@nestjs/microservices';
+import { Test } from '@nestjs/testing';
+import { AbstractWsAdapter, SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  RateLimit,
+  RateLimitConfigurationError,
+  RateLimitGuard,
+  RateLimitModule,
+  SkipRateLimit,
+} from '@app/rate-limit';
+import { statuses } from '../support/http.js';
+
+const NOT_SUPPORTED =
+  'only HTTP routes of controllers are limited; GraphQL, WebSocket and microservice handlers are not supported yet';
+
+/**
+ * Nest connects gateways before any `onModuleInit`, and without an adapter it loads
+ * @nestjs/platform-socket.io (not installed) or exits the process. This one opens no socket.
+ */
+class NoSocketWsAdapter extends AbstractWsAdapter {
+  create(): EventEmitter & { close(done: () => void): void } {
+    return Object.assign(new EventEmitter(), { close: (done: () => void) => done() });
+  }
+
+  bindMessageHandlers(): void {}
+}
+
+interface AppParts {
+  controllers?: Type[];
+  providers?: Provider[];
+}
+
+let app: INestApplication | undefined;
+afterEach(async () => {
+  await app?.close();
+  app = undefined;
+});
+
+/** Like `createTestApp`, with providers too, and an adapter so gateways can be declared. */
+async function createApp({ controllers = [], providers = [] }: AppParts): Promise<INestApplication> {
+  const moduleRef = await Test.createTestingModule({
+    imports: [ConfigModule.forRoot({ isGlobal: true, ignoreEnvFile: true }), RateLimitModule.forRoot({})],
+    controllers,
+    providers,
+  }).compile();
+  app = moduleRef.createNestApplication({ logger: false });
+  app.useWebSocketAdapter(new NoSocketWsAdapter());
+  await app.init();
+  return app;
+}
+
+async function bootstrapError(parts: AppParts): Promise<RateLimitConfigurationError> {
+  try {
+    await createApp(parts);
+  } catch (error) {
+    expect(error).toBeInstanceOf(RateLimitConfigurationError);
+    return error as RateLimitConfigurationError;
+  }
+  throw new Error('bootstrap succeeded');
+}
+
+describe('@RateLimit on a provider stops app.init(): gateways and resolvers are providers', () => {
+  it('on a @SubscribeMessage handler of a @WebSocketGateway', async () => {
+    @WebSocketGateway()
+    class ChatGateway {
+      @SubscribeMessage('chat')
+      @RateLimit(5, '1s')
+      onChat() {}
+    }
+    const error = await bootstrapError({ providers: [ChatGateway] });
+    expect(error.problems).toEqual([
+      `@RateLimit on ChatGateway.onChat: ChatGateway is a provider, not a controller (WebSocket gateways and GraphQL resolvers are providers), and ${NOT_SUPPORTED}; remove it, or put it on the HTTP route that leads here`,
+    ]);
+  });
+
+  it('on a @WebSocketGateway class', async () => {
+    @WebSocketGateway()
+    @RateLimit(5, '1s')
+    class PresenceGateway {
+      @SubscribeMessage('here')
+      onHere() {}
+    }
+    const error = await bootstrapError({ providers: [PresenceGateway] });
+    expect(error.message).toBe(
+      `@RateLimit on PresenceGateway: PresenceGateway is a provider, not a controller (WebSocket gateways and GraphQL resolvers are providers), and ${NOT_SUPPORTED}; remove it, or put it on the HTTP route that leads here`,
+    );
+  });
+
+  it('on a method of a GraphQL-resolver-like @Injectable (a stand-in: @nestjs/graphql is not installed)', async () => {
+    @Injectable()
+    class OrdersResolver {
+      @RateLimit({ count: 10, window: '1m' })
+      orders() {
+        return [];
+      }
+    }
+    const error = await bootstrapError({ providers: [OrdersResolver] });
+    expect(error.message).toContain(`@RateLimit on OrdersResolver.orders: OrdersResolver is a provider`);
+  });
+
+  it('on a class made by a factory or given as a value: its instance is what carries the metadata', async () => {
+    @RateLimit(1, '1s')
+    class MadeByFactory {}
+    class GivenAsValue {
+      @RateLimit(1, '1s')
+      handle() {}
+    }
+    const error = await bootstrapError({
+      providers: [
+        { provide: 'made', useFactory: () => new MadeByFactory() },
+        { provide: 'given', useValue: new GivenAsValue() },
+        // Neither a class nor an instance of one: nothing to read, nothing to fail on.
+        { provide: 'plain', useValue: { handle() {} } },
+        { provide: 'nothing', useValue: null },
+        { provide: 'alias', useExisting: 'made' },
+      ],
+    });
+    expect(error.problems).toHaveLength(2);
+    expect(error.message).toContain('@RateLimit on MadeByFactory: MadeByFactory is a provider');
+    expect(error.message).toContain('@RateLimit on GivenAsValue.handle: GivenAsValue is a provider');
+  });
+
+  it('boots with undecorated providers, and with a controller that is also registered as a provider', async () => {
+    @Controller('both')
+    @RateLimit(1, '1s')
+    class BothController {
+      @Get()
+      get() {
+        return {};
+      }
+    }
+    @Injectable()
+    class PlainService {
+      work() {}
+    }
+    await createApp({ controllers: [BothController], providers: [BothController, PlainService] });
+    expect(await statuses(app!, '/both', 2)).toEqual([200, 429]);
+  });
+});
+
+describe('@RateLimit on a microservice handler of a controller stops app.init()', () => {
+  it('declared on a @MessagePattern or @EventPattern handler', async () => {
+    @Controller()
+    class OrdersController {
+      @MessagePattern('orders.get')
+      @RateLimit(5, '1s')
+      getOrder() {}
+
+      @EventPattern('orders.created')
+      @RateLimit(5, '1s')
+      onCreated(_event: unknown) {}
+    }
+    const error = await bootstrapError({ controllers: [OrdersController] });
+    expect(error.problems).toEqual([
+      `@RateLimit on OrdersController.getOrder: OrdersController.getOrder is a microservice handler (@MessagePattern or @EventPattern), and ${NOT_SUPPORTED}; remove it`,
+      `@RateLimit on OrdersController.onCreated: OrdersController.onCreated is a microservice handler (@MessagePattern or @EventPattern), and ${NOT_SUPPORTED}; remove it`,
+    ]);
+  });
+
+  it('declared on a controller that mixes HTTP routes with message handlers: suggests @SkipRateLimit()', async () => {
+    @Controller('mixed')
+    @RateLimit(5, '1s')
+    class MixedController {
+      @Get()
+      list() {
+        return [];
+      }
+
+      @MessagePattern('mixed.get')
+      getOne() {}
+    }
+    const error = await bootstrapError({ controllers: [MixedController] });
+    expect(error.message).toBe(
+      `@RateLimit on MixedController applies to MixedController.getOne, a microservice handler (@MessagePattern or @EventPattern), and ${NOT_SUPPORTED}; put @SkipRateLimit() on MixedController.getOne`,
+    );
+  });
+
+  it('declared on a controller of message handlers only: suggests removing it', async () => {
+    @Controller()
+    @RateLimit(5, '1s')
+    class EventsController {
+      @EventPattern('events.seen')
+      onSeen(_event: unknown) {}
+    }
+    const error = await bootstrapError({ controllers: [EventsController] });
+    expect(error.message).toBe(
+      `@RateLimit on EventsController applies to EventsController.onSeen, a microservice handler (@MessagePattern or @EventPattern), and ${NOT_SUPPORTED}; remove @RateLimit from EventsController, which has no HTTP route`,
+    );
+  });
+
+  it('boots when @SkipRateLimit() exempts the message handler, and still limits the HTTP route', async () => {
+    @Controller('mixed-skip')
+    @RateLimit(1, '1s')
+    class MixedSkipController {
+      @Get()
+      list() {
+        return [];
+      }
+
+      @MessagePattern('mixed.get')
+      @SkipRateLimit()
+      getOne() {}
+    }
+    await createApp({ controllers: [MixedSkipController] });
+    expect(await statuses(app!, '/mixed-skip', 2)).toEqual([200, 429]);
+  });
+});
+
+describe('@RateLimit on a controller method that is no route stops app.init()', () => {
+  it('names the method and says no request reaches it', async () => {
+    @Controller('helper')
+    class HelperController {
+      @Get()
+      get() {
+        return this.load();
+      }
+
+      @RateLimit(5, '1s')
+      load() {
+        return {};
+      }
+    }
+    const error = await bootstrapError({ controllers: [HelperController] });
+    expect(error.message).toBe(
+      '@RateLimit on HelperController.load: it is not a route handler (no @Get, @Post or other route decorator), so no request reaches it through the guard; put @RateLimit on the route instead',
+    );
+  });
+
+  it('boots when only a class rule covers the helper: class rules concern route and message handlers only', async () => {
+    @Controller('class-helper')
+    @RateLimit(1, '1s')
+    class ClassHelperController {
+      @Get()
+      get() {
+        return this.load();
+      }
+
+      load() {
+        return {};
+      }
+    }
+    await createApp({ controllers: [ClassHelperController] });
+    expect(await statuses(app!, '/class-helper', 2)).toEqual([200, 429]);
+  });
+});
+
+it('reports every unsupported handler and every bad value in one error', async () => {
+  @WebSocketGateway()
+  class ChatGateway {
+    @SubscribeMessage('chat')
+    @RateLimit(5, '1s')
+    onChat() {}
+  }
+  @Controller('all')
+  class AllController {
+    @Get()
+    @RateLimit(0, '1s')
+    get() {}
+
+    @MessagePattern('all.get')
+    @RateLimit(5, '1s')
+    getOne() {}
+
+    @RateLimit(5, '1s')
+    helper() {}
+  }
+  const error = await bootstrapError({ controllers: [AllController], providers: [ChatGateway] });
+  expect(error.message).toMatch(/^Invalid rate limits:\n/);
+  expect(error.problems.map((problem) => problem.slice(0, problem.indexOf(':')))).toEqual(
+    expect.arrayContaining([
+      '@RateLimit on AllController.get',
+      '@RateLimit on AllController.getOne',
+      '@RateLimit on AllController.helper',
+      '@RateLimit on ChatGateway.onChat',
+    ]),
+  );
+  expect(error.problems).toHaveLength(4);
+});
+
+describe('RateLimitGuard, should a limited non-HTTP handler reach it anyway', () => {
+  /** Never part of an app, so bootstrap never saw it: as a handler registered after init would be. */
+  class UnseenHandlers {
+    @RateLimit(5, '1s')
+    limited() {}
+
+    unlimited() {}
+  }
+
+  it.each(['rpc', 'ws'] as const)('refuses a %s context that has rules, naming the handler', async (type) => {
+    await createApp({});
+    const guard = app!.get(RateLimitGuard);
+    const context = new ExecutionContextHost([{}, {}], UnseenHandlers, UnseenHandlers.prototype.limited);
+    context.setType(type);
+    await expect(guard.canActivate(context)).rejects.toThrow(RateLimitConfigurationError);
+    await expect(guard.canActivate(context)).rejects.toThrow(
+      `@RateLimit on UnseenHandlers.limited: it runs in a '${type}' context, and ${NOT_SUPPORTED}`,
+    );
+  });
+
+  it('passes a non-HTTP context that has no rules', async () => {
+    await createApp({});
+    const guard = app!.get(RateLimitGuard);
+    const context = new ExecutionContextHost([{}, {}], UnseenHandlers, UnseenHandlers.prototype.unlimited);
+    context.setType('rpc');
+    await expect(guard.canActivate(context)).resolves.toBe(true);
+  });
+});
