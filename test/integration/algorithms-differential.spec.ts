@@ -18,6 +18,8 @@ interface RuleShape {
   windowMs: number;
   burst: number;
   blockMs: number;
+  /** A `countOn` rule: admissions stay in flight until settled, and rejections they cause are provisional. */
+  conditional: boolean;
 }
 
 const rule = (algorithm: fc.Arbitrary<RateLimitAlgorithmName>): fc.Arbitrary<RuleShape> =>
@@ -27,6 +29,7 @@ const rule = (algorithm: fc.Arbitrary<RateLimitAlgorithmName>): fc.Arbitrary<Rul
     windowMs: fc.constantFrom(1_000, 1_500, 7_000, 60_000),
     burst: fc.integer({ min: 1, max: 10 }),
     blockMs: fc.constantFrom(0, 0, 0, 500, 3_000),
+    conditional: fc.constantFrom(false, false, true),
   });
 
 /**
@@ -47,8 +50,10 @@ const traffic = fc.array(
     windowScale: fc.constantFrom(1, 1, 1, 1, 2, 0.5),
     /** Record the units without deciding (as after an outage) instead of asking. */
     record: fc.constantFrom(false, false, false, false, false, false, false, false, false, true),
-    /** Refund this request (if admitted) that many requests later; -1: never. */
+    /** Settle this request (if admitted) that many requests later; -1: never. */
     refundAfter: fc.oneof(fc.constant(-1), fc.constant(-1), fc.integer({ min: 0, max: 5 })),
+    /** When settled: keep its units (a `countOn` response that counts) instead of refunding them. */
+    keep: fc.constantFrom(false, false, true),
   }),
   { minLength: 1, maxLength: 40 },
 );
@@ -73,14 +78,21 @@ describe('Redis scripts and the embedded store decide and refund alike (property
 
   async function replay(
     rules: RuleShape[],
-    requests: { gapMs: number; cost: number; refundAfter: number; windowScale: number; record: boolean }[],
+    requests: {
+      gapMs: number;
+      cost: number;
+      refundAfter: number;
+      keep: boolean;
+      windowScale: number;
+      record: boolean;
+    }[],
     t0: number,
   ): Promise<void> {
     const identity = uniquePrefix();
     const memory = new MemoryRateLimitStore(1_000);
     const pending: { due: number; refund: () => Promise<unknown> }[] = [];
     let now = t0;
-    for (const [step, { gapMs, cost, refundAfter, windowScale, record }] of requests.entries()) {
+    for (const [step, { gapMs, cost, refundAfter, keep, windowScale, record }] of requests.entries()) {
       now += gapMs;
       for (const { refund } of pending.filter((p) => p.due === step)) await refund();
       const hits: RateLimitHit[] = rules.map((shape, i) => ({
@@ -90,7 +102,6 @@ describe('Redis scripts and the embedded store decide and refund alike (property
         blockKey: `p:{${identity}}:r${i}:block`,
         markerKey: `p:{${identity}}:r${i}:mark`,
         pendingKey: `p:{${identity}}:r${i}:pend`,
-        conditional: false,
         // The marker only matters when Redis loses a counter; it must not change any decision here.
         markFrom: shape.algorithm === 'fixed-window' ? Math.ceil(shape.limit * 0.8) : 0,
         cost,
@@ -110,8 +121,8 @@ describe('Redis scripts and the embedded store decide and refund alike (property
           due: step + refundAfter + 1,
           refund: () =>
             Promise.all([
-              redisStore.refund(hits.map((hit, i) => ({ hit, receipt: redisReceipts[i] }))),
-              memory.refund(hits.map((hit, i) => ({ hit, receipt: memoryReceipts[i] }))),
+              redisStore.settle(hits.map((hit, i) => ({ hit, receipt: redisReceipts[i], refund: !keep }))),
+              memory.settle(hits.map((hit, i) => ({ hit, receipt: memoryReceipts[i], refund: !keep }))),
             ]),
         });
       }

@@ -142,7 +142,7 @@ for i = 1, n do
     s = algorithm.check(p.key, now, p)
     if not s.allowed and p.conditional then
       local inFlight = inFlightUnits(p.pending, now, p)
-      if inFlight >= p.cost then
+      if inFlight > 0 and inFlight >= p.cost then
         s.provisional = true
       elseif inFlight > 0 then
         local without = {}
