@@ -39,7 +39,8 @@ export class InFlightWaits {
   settled(keys: readonly string[]): void {
     for (const key of keys) {
       const waiting = this.waiters.get(key);
-      if (waiting) for (const wake of [...waiting]) wake();
+      // Each wake removes only itself, which a Set allows during iteration.
+      if (waiting) for (const wake of waiting) wake();
     }
   }
 }
