@@ -99,13 +99,15 @@ describe('keys found without a TTL or corrupt are mended by the next request tha
     expect(await admitted([rule], t0)).toBe(true);
   });
 
-  it('a marker without a TTL gets one (two windows) when a lost counter resumes from it', async () => {
-    const rule = keyOf('marker')({ limit: 5, windowMs: 10_000, markFrom: 4 });
+  it('a marker without a TTL gets one (two windows) when a lost counter resumes from it, even on a refusal', async () => {
+    const rule = keyOf('marker')({ limit: 4, windowMs: 10_000, markFrom: 4 });
     for (let i = 0; i < 4; i += 1) expect(await admitted([rule], t0)).toBe(true);
     await redis.persist(rule.markerKey);
     await redis.del(rule.key);
+    // The window resumes full from the marker: refused, so nothing is written that would set a TTL.
     const resumed = await store.consume([rule], t0 + 1);
-    expect(resumed.decisions[0].remaining).toBe(0);
+    expect(resumed.allowed).toBe(false);
+    expect(resumed.decisions[0].repaired).toBe(true);
     const ttl = await redis.pttl(rule.markerKey);
     expect(ttl).toBeGreaterThan(0);
     expect(ttl).toBeLessThanOrEqual(20_000);
