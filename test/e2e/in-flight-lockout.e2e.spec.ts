@@ -109,3 +109,109 @@ describe.each(matrix)(
     });
   },
 );
+
+@Controller('in-flight-clocked')
+class SlowLoginController {
+  /** As above, with the check's time from `?ms=`. */
+  @Get('login')
+  @RateLimit({
+    count: 3,
+    window: '1m',
+    countOn: 'failure',
+    blockFor: '5m',
+    by: (context) => context.switchToHttp().getRequest<{ query: { user: string } }>().query.user,
+  })
+  async login(@Query('password') password: string, @Query('ms') ms?: string) {
+    await new Promise((resolve) => setTimeout(resolve, Number(ms ?? CHECK_MS)));
+    if (password !== 'right') throw new UnauthorizedException('Wrong password');
+    return { loggedIn: true };
+  }
+}
+
+describe.each(['Redis', 'memory'])('admissions that end unseen still end (%s store, fake clock)', (storeName) => {
+  let app: INestApplication;
+  let redis: RedisServer | undefined;
+  let now = 1_800_000_000_000;
+
+  beforeAll(async () => {
+    if (storeName === 'Redis') redis = await startRedisServer();
+    app = await createTestApp({
+      controllers: [SlowLoginController],
+      rateLimit: { redis: redis?.url, keyPrefix: uniquePrefix(), clock: () => now, redisTimeoutMs: 50 },
+    });
+    await app.listen(0, '127.0.0.1');
+  });
+
+  afterAll(async () => {
+    if (redis) process.kill(redis.pid, 'SIGCONT');
+    await app?.close();
+    await redis?.stop();
+  });
+
+  const login = (user: string, password: string, ms = CHECK_MS) =>
+    request(app.getHttpServer())
+      .get('/in-flight-clocked/login')
+      .query({ user, password, ms })
+      .then((response) => response.status);
+
+  it('a client gone while its request waited for admissions in flight: the admission still settles, as a failure', async () => {
+    const user = 'waited-and-left';
+    const { port } = app.getHttpServer().address() as AddressInfo;
+    // Three slow right-password logins fill the budget in flight; a wrong guess waits for them, and
+    // its client leaves meanwhile. Once they succeed, the guess is admitted and checked for nobody.
+    const slow = Promise.all([1, 2, 3].map(() => login(user, 'right', 300)));
+    await new Promise<void>((resolve) => {
+      const sent = httpRequest({
+        host: '127.0.0.1',
+        port,
+        path: `/in-flight-clocked/login?user=${user}&password=guess`,
+      });
+      sent.on('error', () => resolve());
+      sent.on('close', () => resolve());
+      sent.end(() => setTimeout(() => sent.destroy(), 100));
+    });
+    expect(await slow).toEqual([200, 200, 200]);
+    // The guess counted once; two more failures fill the budget, and the next starts the lockout.
+    expect(await login(user, 'wrong')).toBe(401);
+    expect(await login(user, 'wrong')).toBe(401);
+    expect(await login(user, 'wrong')).toBe(429);
+    now += 61_000;
+    // The window is over, the 5-minute lockout is not.
+    expect(await login(user, 'right')).toBe(429);
+  });
+});
+
+describe('while Redis is out, the local fallback still starts lockouts (fake clock)', () => {
+  let app: INestApplication;
+  let redis: RedisServer;
+  let now = 1_800_000_000_000;
+
+  beforeAll(async () => {
+    redis = await startRedisServer();
+    app = await createTestApp({
+      controllers: [SlowLoginController],
+      rateLimit: { redis: redis.url, keyPrefix: uniquePrefix(), clock: () => now, redisTimeoutMs: 50 },
+    });
+  });
+
+  afterAll(async () => {
+    process.kill(redis.pid, 'SIGCONT');
+    await app?.close();
+    await redis?.stop();
+  });
+
+  it('three failures decided locally start the 5-minute lockout, which outlasts the window', async () => {
+    const login = (password: string) =>
+      request(app.getHttpServer())
+        .get('/in-flight-clocked/login')
+        .query({ user: 'during-outage', password })
+        .then((response) => response.status);
+    process.kill(redis.pid, 'SIGSTOP');
+    // The fallback gives an identity Redis never reported on half the limit (2 of 3) locally.
+    expect(await login('wrong')).toBe(401);
+    expect(await login('wrong')).toBe(401);
+    expect(await login('wrong')).toBe(429);
+    now += 61_000;
+    expect(await login('right')).toBe(429);
+  });
+});

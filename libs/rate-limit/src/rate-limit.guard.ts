@@ -92,6 +92,12 @@ export class RateLimitGuard implements CanActivate {
       settled = true;
       void this.limiter.settle(outcome, succeeded);
     };
+    // The client may have gone while the request waited for admissions in flight: then neither
+    // event comes again, and the admission must still end.
+    if (raw.destroyed || raw.socket?.destroyed) {
+      settle(false);
+      return;
+    }
     raw.once('finish', () => settle(raw.statusCode < 400));
     // Closed before it finished: the client went away or the response stream failed.
     raw.once('close', () => settle(false));

@@ -112,7 +112,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       }
       const inFlight = keysInFlight(hits, consumption);
       const left = waitUntil - performance.now();
-      // Backs off from 10 ms to 200 ms between asks, for admissions other instances settle unseen.
+      // Backs off from 10 ms to 160 ms between asks, for admissions other instances settle unseen.
       if (
         inFlight &&
         left > 0 &&

@@ -33,6 +33,8 @@ local repaired = false
 local function read(command, key, ...)
   local reply = redis.pcall(command, key, ...)
   if type(reply) == 'table' and reply.err then
+    -- Any other error (OOM, say) is Redis failing, not the key: raised, and the state kept.
+    if not string.find(reply.err, 'WRONGTYPE', 1, true) then error(reply) end
     redis.call('DEL', key)
     repaired = true
     return nil
@@ -100,12 +102,14 @@ local function blockedUntil(key, now, p)
   ensureTtl(key, math.min(math.max(0, ends - now), p.block) + GRACE_MS)
   return ends
 end
--- Units of a rule's admissions still in flight; ones older than a window no longer hold any.
-local function inFlightUnits(key, now, p)
+-- Units of a rule's admissions still in flight that a refund could give back: admitted since
+-- \`since\` (a fixed window's start: one admitted in an earlier window is refunded into nothing).
+-- Ones older than a window hold none and are dropped.
+local function inFlightUnits(key, now, p, since)
   read('ZREMRANGEBYSCORE', key, '-inf', now - p.window)
   ensureTtl(key, p.window + GRACE_MS)
   local units = 0
-  for _, member in ipairs(read('ZRANGE', key, 0, -1) or {}) do
+  for _, member in ipairs(read('ZRANGEBYSCORE', key, since, '+inf') or {}) do
     units = units + (tonumber(string.match(member, ':(%d+)$')) or 0)
   end
   return units
@@ -141,13 +145,11 @@ for i = 1, n do
   else
     s = algorithm.check(p.key, now, p)
     if not s.allowed and p.conditional then
-      local inFlight = inFlightUnits(p.pending, now, p)
-      if inFlight > 0 and inFlight >= p.cost then
-        s.provisional = true
-      elseif inFlight > 0 then
+      local inFlight = inFlightUnits(p.pending, now, p, s.start or (now - p.window + 1))
+      if inFlight > 0 then
         local without = {}
         for name, value in pairs(p) do without[name] = value end
-        without.cost = p.cost - inFlight
+        without.cost = math.max(0, p.cost - inFlight)
         s.provisional = algorithm.check(p.key, now, without).allowed
       end
     end
@@ -163,7 +165,9 @@ for i = 1, n do
   if all then
     ALG[p.alg].commit(p.key, now, p, s, nonce)
     if p.conditional and not p.force then
-      write('ZADD', p.pending, now, nonce .. ':' .. p.cost)
+      -- Admissions whose settle never came (a failed call, a crashed instance) hold nothing after a window.
+      write('ZREMRANGEBYSCORE', p.pending, '-inf', now - p.window)
+      redis.call('ZADD', p.pending, now, nonce .. ':' .. p.cost)
       redis.call('PEXPIRE', p.pending, p.window + GRACE_MS)
     end
   else
@@ -171,8 +175,8 @@ for i = 1, n do
       redis.call('SET', p.blockKey, fmt(now + p.block), 'PX', p.block + GRACE_MS)
       s.reset = math.max(s.reset, p.block)
     end
-    -- Two windows: as long as any algorithm's state matters, but for long token-bucket bursts.
-    ensureTtl(p.key, 2 * p.window + GRACE_MS)
+    -- As long as the state matters: what the check says, and two windows at least.
+    ensureTtl(p.key, math.max(s.ttl or 0, 2 * p.window) + GRACE_MS)
   end
   out[#out + 1] = s.allowed and 1 or 0
   out[#out + 1] = s.remaining

@@ -60,7 +60,8 @@ class EitherBreaker implements IBreaker {
  * and if one still fails, that request is decided by its rule's `onStoreError`, and nobody else's.
  */
 export function isRedisFailure(error: Error): boolean {
-  return !error.message.startsWith('WRONGTYPE');
+  // Redis 7 replies `WRONGTYPE …`; Redis 6 wraps it in `ERR Error running script … WRONGTYPE …`.
+  return !/\bWRONGTYPE\b/.test(String(error?.message));
 }
 
 /**
@@ -99,7 +100,11 @@ export class RedisCircuitBreaker {
       [CircuitState.Closed]: 'Redis circuit closed: Redis decides again',
       [CircuitState.Isolated]: 'Redis circuit isolated',
     };
-    this.policy.onStateChange((state) => this.transitions.record(STATE_NAMES[state], messages[state]));
+    this.policy.onStateChange((state) => {
+      // Counts of earlier transitions first, so a closing line is never followed by stale ones.
+      if (state === CircuitState.Closed) this.transitions.flush(true);
+      this.transitions.record(STATE_NAMES[state], messages[state]);
+    });
   }
 
   /** Writes the transitions not reported yet: call on shutdown. */

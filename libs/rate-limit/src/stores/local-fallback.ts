@@ -123,6 +123,10 @@ export class LocalFallback {
         ...hit,
         key: `local:${hit.key}`,
         blockKey: `local:${hit.blockKey}`,
+        pendingKey: `local:${hit.pendingKey}`,
+        // Its admissions are never settled (they carry no receipts), so none may stay in flight: a
+        // rejection here is final and starts its penalty, as in Redis after settled failures.
+        conditional: false,
         algorithm: 'fixed-window',
         limit: allowance,
       };

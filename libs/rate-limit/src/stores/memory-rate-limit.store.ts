@@ -107,7 +107,7 @@ export class MemoryRateLimitStore extends RateLimitStore {
       }
       const state = this.stateOf(hit, now);
       const step: Step = ALGORITHMS[hit.algorithm].step(state, hit, now);
-      if (!step.allowed && hit.conditional) step.provisional = this.refusedByInFlight(hit, state, now);
+      if (!step.allowed && hit.conditional) step.provisional = this.refusedByInFlight(hit, state, step, now);
       return step;
     });
     const allowed = steps.every((step) => step.allowed);
@@ -165,23 +165,30 @@ export class MemoryRateLimitStore extends RateLimitStore {
    * Whether a refused `countOn` hit would be admitted but for the units of admissions still in
    * flight, as the Redis script decides it: provisional, no penalty, worth asking again.
    */
-  private refusedByInFlight(hit: RateLimitHit, state: unknown, now: number): boolean {
-    let units = 0;
+  private refusedByInFlight(hit: RateLimitHit, state: unknown, step: Step, now: number): boolean {
     const inFlight = this.inFlight.get(hit.pendingKey);
-    for (const [nonce, admission] of inFlight ?? []) {
-      // Older than a window, an admission whose settle never came holds no units any more.
-      if (admission.admittedAt <= now - hit.windowMs) inFlight!.delete(nonce);
-      else units += admission.units;
-    }
+    if (!inFlight) return false;
+    this.dropUnsettled(inFlight, hit, now);
+    // Only admissions a refund could give back: a fixed window's since it started.
+    const since = hit.algorithm === 'fixed-window' ? (step.next as { start: number }).start : now - hit.windowMs + 1;
+    let units = 0;
+    for (const admission of inFlight.values()) if (admission.admittedAt >= since) units += admission.units;
     if (units === 0) return false;
-    if (units >= hit.cost) return true;
-    return ALGORITHMS[hit.algorithm].step(state, { ...hit, cost: hit.cost - units }, now).allowed;
+    return ALGORITHMS[hit.algorithm].step(state, { ...hit, cost: Math.max(0, hit.cost - units) }, now).allowed;
   }
 
   private admitInFlight(hit: RateLimitHit, nonce: string, now: number): void {
     const inFlight = this.inFlight.get(hit.pendingKey) ?? new Map<string, InFlight>();
+    this.dropUnsettled(inFlight, hit, now);
     inFlight.set(nonce, { units: hit.cost, admittedAt: now });
     this.inFlight.set(hit.pendingKey, inFlight, { ttl: hit.windowMs + GRACE_MS });
+  }
+
+  /** Admissions whose settle never came hold nothing after a window. */
+  private dropUnsettled(inFlight: Map<string, InFlight>, hit: RateLimitHit, now: number): void {
+    for (const [nonce, admission] of inFlight) {
+      if (admission.admittedAt <= now - hit.windowMs) inFlight.delete(nonce);
+    }
   }
 
   /** Counter states held (at most `maxKeys`); for tests and diagnostics. */
