@@ -12,7 +12,7 @@ const CHECK_MS = 20;
 
 @Controller('in-flight')
 class LoginController {
-  /** Only failed attempts count: 3 per minute per user, then a 5-minute lockout. */
+  /** Only failed attempts count: 3 per minute per user, then a 5-minute lockout. The check takes `?ms=`. */
   @Get('login')
   @RateLimit({
     count: 3,
@@ -21,8 +21,8 @@ class LoginController {
     blockFor: '5m',
     by: (context) => context.switchToHttp().getRequest<{ query: { user: string } }>().query.user,
   })
-  async login(@Query('password') password: string) {
-    await new Promise((resolve) => setTimeout(resolve, CHECK_MS));
+  async login(@Query('password') password: string, @Query('ms') ms?: string) {
+    await new Promise((resolve) => setTimeout(resolve, Number(ms ?? CHECK_MS)));
     if (password !== 'right') throw new UnauthorizedException('Wrong password');
     return { loggedIn: true };
   }
@@ -110,24 +110,6 @@ describe.each(matrix)(
   },
 );
 
-@Controller('in-flight-clocked')
-class SlowLoginController {
-  /** As above, with the check's time from `?ms=`. */
-  @Get('login')
-  @RateLimit({
-    count: 3,
-    window: '1m',
-    countOn: 'failure',
-    blockFor: '5m',
-    by: (context) => context.switchToHttp().getRequest<{ query: { user: string } }>().query.user,
-  })
-  async login(@Query('password') password: string, @Query('ms') ms?: string) {
-    await new Promise((resolve) => setTimeout(resolve, Number(ms ?? CHECK_MS)));
-    if (password !== 'right') throw new UnauthorizedException('Wrong password');
-    return { loggedIn: true };
-  }
-}
-
 describe.each(['Redis', 'memory'])('admissions that end unseen still end (%s store, fake clock)', (storeName) => {
   let app: INestApplication;
   let redis: RedisServer | undefined;
@@ -136,7 +118,7 @@ describe.each(['Redis', 'memory'])('admissions that end unseen still end (%s sto
   beforeAll(async () => {
     if (storeName === 'Redis') redis = await startRedisServer();
     app = await createTestApp({
-      controllers: [SlowLoginController],
+      controllers: [LoginController],
       rateLimit: { redis: redis?.url, keyPrefix: uniquePrefix(), clock: () => now, redisTimeoutMs: 50 },
     });
     await app.listen(0, '127.0.0.1');
@@ -150,7 +132,7 @@ describe.each(['Redis', 'memory'])('admissions that end unseen still end (%s sto
 
   const login = (user: string, password: string, ms = CHECK_MS) =>
     request(app.getHttpServer())
-      .get('/in-flight-clocked/login')
+      .get('/in-flight/login')
       .query({ user, password, ms })
       .then((response) => response.status);
 
@@ -164,7 +146,7 @@ describe.each(['Redis', 'memory'])('admissions that end unseen still end (%s sto
       const sent = httpRequest({
         host: '127.0.0.1',
         port,
-        path: `/in-flight-clocked/login?user=${user}&password=guess`,
+        path: `/in-flight/login?user=${user}&password=guess`,
       });
       sent.on('error', () => resolve());
       sent.on('close', () => resolve());
@@ -189,7 +171,7 @@ describe('while Redis is out, the local fallback still starts lockouts (fake clo
   beforeAll(async () => {
     redis = await startRedisServer();
     app = await createTestApp({
-      controllers: [SlowLoginController],
+      controllers: [LoginController],
       rateLimit: { redis: redis.url, keyPrefix: uniquePrefix(), clock: () => now, redisTimeoutMs: 50 },
     });
   });
@@ -203,7 +185,7 @@ describe('while Redis is out, the local fallback still starts lockouts (fake clo
   it('three failures decided locally start the 5-minute lockout, which outlasts the window', async () => {
     const login = (password: string) =>
       request(app.getHttpServer())
-        .get('/in-flight-clocked/login')
+        .get('/in-flight/login')
         .query({ user: 'during-outage', password })
         .then((response) => response.status);
     process.kill(redis.pid, 'SIGSTOP');
