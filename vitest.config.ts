@@ -1,12 +1,11 @@
-import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
 
+/** The package's `exports` condition that points at its TypeScript sources: suites run on them, unbuilt. */
+const SOURCE = 'nest-rate-limit-source';
+
 export default defineConfig({
-  resolve: {
-    alias: {
-      '@app/rate-limit': fileURLToPath(new URL('./libs/rate-limit/src/index.ts', import.meta.url)),
-    },
-  },
+  resolve: { conditions: [SOURCE] },
+  ssr: { resolve: { conditions: [SOURCE] } },
   test: {
     include: ['libs/**/*.spec.ts', 'test/**/*.spec.ts'],
     benchmark: { include: ['bench/**/*.bench.ts'] },

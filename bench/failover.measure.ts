@@ -13,7 +13,7 @@
 import { Controller, Get, type INestApplication } from '@nestjs/common';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, it } from 'vitest';
-import { RateLimit } from '@app/rate-limit';
+import { RateLimit } from 'nest-rate-limit';
 import { type RedisSentinelSet, startRedisSentinelSet } from '../test/support/redis-server.js';
 import { admittedPerWindow, pacedTraffic } from '../test/support/paced-traffic.js';
 import { createTestApp, uniquePrefix } from '../test/support/test-app.js';

@@ -9,7 +9,7 @@ import { ConfigModule } from '@nestjs/config';
 import { ExecutionContextHost } from '@nestjs/core/helpers/execution-context-host.js';
 import { Test } from '@nestjs/testing';
 import { bench, describe } from 'vitest';
-import { RateLimit, RateLimitGuard, RateLimitModule } from '@app/rate-limit';
+import { RateLimit, RateLimitGuard, RateLimitModule } from 'nest-rate-limit';
 import { rateLimitKeys } from '../libs/rate-limit/src/rate-limit-key.js';
 
 @Controller()

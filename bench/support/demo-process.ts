@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { freePort } from '../../test/support/redis-server.js';
 
 /**
- * The built demo (`nest build demo`) in a process of its own, on a free loopback port, with `/ping`'s
+ * The built demo (`npm run build`) in a process of its own, on a free loopback port, with `/ping`'s
  * limit far above any load so every request pays the limiter's full path.
  */
 export async function startDemo(env: Record<string, string>): Promise<{ url: string; stop(): Promise<void> }> {
@@ -17,7 +17,7 @@ export async function startDemo(env: Record<string, string>): Promise<{ url: str
       output += chunk.toString();
       if (output.includes('Demo listening')) resolve();
     });
-    child.once('exit', (code) => reject(new Error(`demo exited with ${code} (build it first):\n${output}`)));
+    child.once('exit', (code) => reject(new Error(`demo exited with ${code} (run npm run build first):\n${output}`)));
   });
   // Keep draining its log so the pipe never fills.
   child.stdout!.resume();

@@ -18,7 +18,7 @@ import type { ServerResponse } from 'node:http';
 import { type Observable, TimeoutError, catchError, throwError, timeout } from 'rxjs';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RateLimit, RateLimitInterceptor } from '@app/rate-limit';
+import { RateLimit, RateLimitInterceptor } from 'nest-rate-limit';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { PLATFORMS, createTestApp, uniquePrefix } from '../support/test-app.js';
 

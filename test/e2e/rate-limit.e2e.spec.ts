@@ -1,7 +1,7 @@
 import { Controller, Get, type INestApplication, UseGuards } from '@nestjs/common';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { RateLimit, RateLimitGuard, SkipRateLimit } from '@app/rate-limit';
+import { RateLimit, RateLimitGuard, SkipRateLimit } from 'nest-rate-limit';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { PLATFORMS, createTestApp, uniquePrefix } from '../support/test-app.js';
 

@@ -5,7 +5,7 @@ import {
   type RateLimitAlgorithmName,
   type RateLimitHit,
   type RateLimitStore,
-} from '@app/rate-limit';
+} from 'nest-rate-limit';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createStore } from '../support/store-module.js';
 import { uniquePrefix } from '../support/test-app.js';

@@ -1,6 +1,6 @@
 import { Controller, Get, type INestApplication } from '@nestjs/common';
 import { describe, expect, it } from 'vitest';
-import { RateLimit, RateLimitConfigurationError, RateLimitModule, SkipRateLimit } from '@app/rate-limit';
+import { RateLimit, RateLimitConfigurationError, RateLimitModule, SkipRateLimit } from 'nest-rate-limit';
 import { createTestApp } from '../support/test-app.js';
 
 /** A controller whose one handler carries `@RateLimit(options)`, built per case. */

@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import type { RateLimitModuleOptions, RateLimitStore } from '@app/rate-limit';
+import type { RateLimitModuleOptions, RateLimitStore } from 'nest-rate-limit';
 import { LogCapture } from '../support/log-capture.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createStore, hit } from '../support/store-module.js';

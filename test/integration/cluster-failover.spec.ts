@@ -2,7 +2,7 @@ import { Controller, Get, type INestApplication } from '@nestjs/common';
 import { Cluster } from 'ioredis';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RateLimit } from '@app/rate-limit';
+import { RateLimit } from 'nest-rate-limit';
 import { type RedisCluster, startRedisCluster } from '../support/redis-server.js';
 import { admittedPerWindow, pacedTraffic } from '../support/paced-traffic.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';

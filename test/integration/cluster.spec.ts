@@ -2,7 +2,7 @@ import { Controller, type ExecutionContext, Get, type INestApplication } from '@
 import { Cluster } from 'ioredis';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RateLimit, type RateLimitHit, type RateLimitStore } from '@app/rate-limit';
+import { RateLimit, type RateLimitHit, type RateLimitStore } from 'nest-rate-limit';
 import { type RedisCluster, startRedisCluster } from '../support/redis-server.js';
 import { createStore, hit } from '../support/store-module.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';

@@ -2,7 +2,7 @@ import { Controller, Get, type INestApplication, Injectable } from '@nestjs/comm
 import { ConfigService } from '@nestjs/config';
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { RateLimit, RateLimitConfigCentre, type RateLimitOverride } from '@app/rate-limit';
+import { RateLimit, RateLimitConfigCentre, type RateLimitOverride } from 'nest-rate-limit';
 import { statuses } from '../support/http.js';
 import { LogCapture } from '../support/log-capture.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';

@@ -8,7 +8,7 @@ import {
   type RateLimitConsumption,
   type RateLimitHit,
   RateLimitStore,
-} from '@app/rate-limit';
+} from 'nest-rate-limit';
 import { AppModule } from '../../apps/demo/src/app.module.js';
 import { statuses } from '../support/http.js';
 import { createStore, hit } from '../support/store-module.js';

@@ -3,7 +3,7 @@ import { ConfigModule, ConfigService } from '@nestjs/config';
 import { Test } from '@nestjs/testing';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RateLimit, RateLimitGuard, RateLimitInterceptor, RateLimitModule, RedisService } from '@app/rate-limit';
+import { RateLimit, RateLimitGuard, RateLimitInterceptor, RateLimitModule, RedisService } from 'nest-rate-limit';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { LogCapture } from '../support/log-capture.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';

@@ -12,7 +12,7 @@ import {
   RateLimitGuard,
   RateLimitModule,
   SkipRateLimit,
-} from '@app/rate-limit';
+} from 'nest-rate-limit';
 import { statuses } from '../support/http.js';
 
 const NOT_SUPPORTED =

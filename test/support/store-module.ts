@@ -6,7 +6,7 @@ import {
   type RateLimitModuleOptions,
   RateLimitStore,
   RedisService,
-} from '@app/rate-limit';
+} from 'nest-rate-limit';
 
 /** The library's store as a Nest app builds it (Redis when `options.redis` is set), without HTTP. */
 export async function createStore(options: RateLimitModuleOptions): Promise<{

@@ -3,7 +3,7 @@ import { ConfigModule } from '@nestjs/config';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { Test } from '@nestjs/testing';
-import { RateLimitModule } from '@app/rate-limit';
+import { RateLimitModule } from 'nest-rate-limit';
 import type { LogCapture } from './log-capture.js';
 
 type RateLimitForRoot = Parameters<typeof RateLimitModule.forRoot>[0];

@@ -1,5 +1,5 @@
 import { Controller, Get } from '@nestjs/common';
-import { RateLimit } from '@app/rate-limit';
+import { RateLimit } from 'nest-rate-limit';
 
 /** One endpoint per algorithm, each 5 per 10 s per client IP, so their behaviour can be compared. */
 @Controller('algorithms')

@@ -1,6 +1,6 @@
 import { Module } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
-import { RateLimitModule, type RateLimitModuleOptions, redisOptionsFromEnv } from '@app/rate-limit';
+import { RateLimitModule, type RateLimitModuleOptions, redisOptionsFromEnv } from 'nest-rate-limit';
 import { AlgorithmsController } from './algorithms.controller.js';
 import { FeaturesController } from './features.controller.js';
 import { HealthController } from './health.controller.js';

@@ -1,5 +1,5 @@
 import { Controller, type ExecutionContext, Get, Query, UnauthorizedException } from '@nestjs/common';
-import { RateLimit } from '@app/rate-limit';
+import { RateLimit } from 'nest-rate-limit';
 
 /** The upload size in MB (`?mb=`), as the request's cost. */
 function uploadSizeMb(context: ExecutionContext): number {

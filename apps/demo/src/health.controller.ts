@@ -1,5 +1,5 @@
 import { Controller, Get } from '@nestjs/common';
-import { SkipRateLimit } from '@app/rate-limit';
+import { SkipRateLimit } from 'nest-rate-limit';
 
 @Controller('health')
 export class HealthController {

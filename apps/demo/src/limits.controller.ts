@@ -1,5 +1,5 @@
 import { BadRequestException, Controller, type ExecutionContext, Get } from '@nestjs/common';
-import { RateLimit } from '@app/rate-limit';
+import { RateLimit } from 'nest-rate-limit';
 
 /** Counts requests per value of the `x-api-key` header; a request without one is refused with 400. */
 function apiKey(context: ExecutionContext): string {

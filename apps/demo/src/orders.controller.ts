@@ -1,5 +1,5 @@
 import { Controller, Get, Param } from '@nestjs/common';
-import { RateLimit } from '@app/rate-limit';
+import { RateLimit } from 'nest-rate-limit';
 
 /**
  * A class rule: one budget named `orders` of 10 per 10 s per client IP for every handler here.

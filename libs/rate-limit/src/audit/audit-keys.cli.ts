@@ -1,3 +1,4 @@
+#!/usr/bin/env node
 /**
  * Reports (and with --repair, fixes) rate-limit keys without a TTL.
  *
