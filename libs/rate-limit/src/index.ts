@@ -27,6 +27,9 @@ export {
   type RateLimitDecision,
   type RateLimitHit,
   type RateLimitConsumption,
+  type RateLimitReceipt,
+  type RateLimitRefund,
+  type RateLimitSettlement,
 } from './stores/rate-limit-store.js';
 export type { RateLimitAlgorithmName } from './algorithms/algorithm.js';
 export { MemoryRateLimitStore } from './stores/memory-rate-limit.store.js';

@@ -32,11 +32,19 @@ const resolvedOptionsProvider: Provider = {
 
 const storeProvider: Provider = {
   provide: RateLimitStore,
-  inject: [RESOLVED_RATE_LIMIT_OPTIONS, RedisService],
-  useFactory: (options: ResolvedRateLimitOptions, redis: RedisService): RateLimitStore =>
-    redis.isConfigured
+  inject: [RATE_LIMIT_OPTIONS, RESOLVED_RATE_LIMIT_OPTIONS, RedisService, ModuleRef],
+  useFactory: async (
+    { store }: RateLimitModuleOptions,
+    options: ResolvedRateLimitOptions,
+    redis: RedisService,
+    moduleRef: ModuleRef,
+  ): Promise<RateLimitStore> => {
+    if (store instanceof RateLimitStore) return store;
+    if (typeof store === 'function') return moduleRef.create(store);
+    return redis.isConfigured
       ? new RedisRateLimitStore(redis, options.waitForReplicas)
-      : new MemoryRateLimitStore(options.memoryStoreMaxKeys),
+      : new MemoryRateLimitStore(options.memoryStoreMaxKeys);
+  },
 };
 
 const configCentreProvider: Provider = {

@@ -1,6 +1,7 @@
 import type { Type } from '@nestjs/common';
 import type { Cluster, ClusterNode, ClusterOptions, Redis, RedisOptions } from 'ioredis';
 import type { RateLimitConfigCentre } from './config-centre/rate-limit-config-centre.js';
+import { RateLimitStore } from './stores/rate-limit-store.js';
 import type { SampledLogLevel } from './logging/sampled-logger.js';
 import type { RateLimitCircuitBreakerOptions } from './redis/redis-circuit-breaker.js';
 import {
@@ -39,6 +40,12 @@ export interface RateLimitLoggingOptions {
 export interface RateLimitModuleOptions {
   /** Redis connection. Without it the library uses an in-process store (not shared across instances). */
   redis?: RateLimitRedisOptions;
+  /**
+   * A store of your own, extending `RateLimitStore` and keeping its contract (every rule of a
+   * request admitted together or not at all; settles; records): an instance, or a class created
+   * with dependency injection. Wins over `redis` and the in-process store.
+   */
+  store?: RateLimitStore | Type<RateLimitStore>;
   /** Prefix of every key the library writes. Default `'rl'`. */
   keyPrefix?: string;
   /** Deadline for one Redis call, in ms; past it the request is decided by `onStoreError`. Default 100. */
@@ -137,6 +144,14 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
     if (value === undefined) return fallback;
     return Number.isSafeInteger(value) && value > 0 ? value : fail(field, 'must be a positive whole number', value);
   };
+  const { store } = options;
+  if (
+    store !== undefined &&
+    !(store instanceof RateLimitStore) &&
+    !(typeof store === 'function' && store.prototype instanceof RateLimitStore)
+  ) {
+    fail('store', 'must be an instance of a class extending RateLimitStore, or such a class', typeof store);
+  }
   const keyPrefix = options.keyPrefix ?? DEFAULT_KEY_PREFIX;
   if (typeof keyPrefix !== 'string' || !KEY_PREFIX.test(keyPrefix)) {
     fail('keyPrefix', 'must be 1 to 32 characters of letters, digits and . _ : -', keyPrefix);

@@ -1,0 +1,137 @@
+import { Controller, Get, type INestApplication } from '@nestjs/common';
+import request from 'supertest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  MemoryRateLimitStore,
+  RateLimit,
+  RateLimitConfigurationError,
+  type RateLimitConsumption,
+  type RateLimitHit,
+  RateLimitModule,
+  RateLimitStore,
+  type RateLimitSettlement,
+} from 'nest-rate-limit';
+import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { createStore, hit } from '../support/store-module.js';
+import { createTestApp, uniquePrefix } from '../support/test-app.js';
+
+/** A store of a user's own, as the `store` option takes it: here one that keeps a journal and delegates. */
+class JournalledStore extends RateLimitStore {
+  readonly description = 'journalled store (tests)';
+  readonly journal: string[] = [];
+  private readonly inner = new MemoryRateLimitStore(1_000);
+
+  consume(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitConsumption> {
+    this.journal.push(`consume ${hits.map((h) => h.key).join(',')}`);
+    return this.inner.consume(hits, now);
+  }
+
+  settle(settlements: readonly RateLimitSettlement[]): Promise<void> {
+    this.journal.push(`settle ${settlements.length}`);
+    return this.inner.settle(settlements);
+  }
+
+  record(hits: readonly RateLimitHit[], now?: number): Promise<void> {
+    return this.inner.record(hits, now);
+  }
+}
+
+let server: RedisServer | undefined;
+const stores: { name: string; options: () => Promise<Parameters<typeof createStore>[0]> }[] = [
+  { name: 'memory', options: () => Promise.resolve({}) },
+  { name: 'Redis', options: async () => ({ redis: (server ??= await startRedisServer()).url }) },
+  { name: 'a store of your own (store option)', options: () => Promise.resolve({ store: new JournalledStore() }) },
+];
+
+/** What every store keeps; a store of your own can be run against the same. */
+describe.each(stores)('the store contract: $name', ({ options }) => {
+  let store: RateLimitStore;
+  let close: () => Promise<void>;
+  const t0 = 1_800_000_000_000;
+
+  beforeAll(async () => {
+    ({ store, close } = await createStore(await options()));
+  });
+
+  afterAll(async () => {
+    await close?.();
+    await server?.stop();
+    server = undefined;
+  });
+
+  const keys = () => `${uniquePrefix()}:{contract}`;
+
+  it('admits every rule of a request or none: a rejection by one moves no counter of the others', async () => {
+    const base = keys();
+    const roomy = hit(`${base}:roomy:fw`, { limit: 10, windowMs: 60_000 });
+    const tight = hit(`${base}:tight:fw`, { limit: 1, windowMs: 60_000 });
+    expect((await store.consume([roomy, tight], t0)).allowed).toBe(true);
+    const refused = await store.consume([roomy, tight], t0);
+    expect(refused.allowed).toBe(false);
+    expect(refused.receipts).toBeUndefined();
+    expect(refused.decisions.map((d) => d.allowed)).toEqual([true, false]);
+    expect(refused.decisions[1].resetMs).toBeGreaterThan(0);
+    // The roomy rule still has 9: the refused request took nothing from it.
+    expect((await store.consume([roomy], t0)).decisions[0].remaining).toBe(8);
+  });
+
+  it('takes units back on a refunding settle, keeps them on a keeping one', async () => {
+    const rule = hit(`${keys()}:r:fw`, { limit: 2, windowMs: 60_000 });
+    const first = await store.consume([rule], t0);
+    await store.settle([{ hit: rule, receipt: first.receipts![0], refund: true }]);
+    const second = await store.consume([rule], t0);
+    expect(second.decisions[0].remaining).toBe(1);
+    await store.settle([{ hit: rule, receipt: second.receipts![0], refund: false }]);
+    expect((await store.consume([rule], t0)).decisions[0].remaining).toBe(0);
+  });
+
+  it('records units admitted elsewhere without refusing, past the limit', async () => {
+    const rule = hit(`${keys()}:r:fw`, { limit: 2, windowMs: 60_000 });
+    await store.record([{ ...rule, cost: 3 }], t0);
+    const refused = await store.consume([rule], t0);
+    expect(refused.allowed).toBe(false);
+    expect(refused.decisions[0].remaining).toBe(0);
+  });
+
+  it('marks a countOn rejection caused only by admissions in flight provisional, and starts no penalty', async () => {
+    const rule = hit(`${keys()}:r:fw`, { limit: 1, windowMs: 60_000, blockMs: 60_000, conditional: true });
+    const admitted = await store.consume([rule], t0);
+    const turnedAway = await store.consume([rule], t0);
+    expect(turnedAway.decisions[0]).toMatchObject({ allowed: false, provisional: true });
+    await store.settle([{ hit: rule, receipt: admitted.receipts![0], refund: true }]);
+    // Refunded: the next is admitted, so no penalty was started.
+    expect((await store.consume([rule], t0)).allowed).toBe(true);
+  });
+});
+
+@Controller('own-store')
+class OwnStoreController {
+  @Get()
+  @RateLimit(3, '10s')
+  get() {
+    return { ok: true };
+  }
+}
+
+describe('the store option', () => {
+  let app: INestApplication;
+  const store = new JournalledStore();
+
+  beforeAll(async () => {
+    app = await createTestApp({ controllers: [OwnStoreController], rateLimit: { store, keyPrefix: uniquePrefix() } });
+  });
+
+  afterAll(() => app?.close());
+
+  it('decides every request with the given store: 200, 200, 200, 429', async () => {
+    const statuses = [];
+    for (let i = 0; i < 4; i += 1) statuses.push((await request(app.getHttpServer()).get('/own-store')).status);
+    expect(statuses).toEqual([200, 200, 200, 429]);
+    expect(store.journal.filter((line) => line.startsWith('consume'))).toHaveLength(4);
+  });
+
+  it('refuses at bootstrap a value that is no RateLimitStore, naming the field', () => {
+    expect(() => RateLimitModule.forRoot({ store: {} as RateLimitStore })).toThrow(RateLimitConfigurationError);
+    expect(() => RateLimitModule.forRoot({ store: {} as RateLimitStore })).toThrow(/'store' must be/);
+  });
+});
