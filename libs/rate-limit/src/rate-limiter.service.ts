@@ -116,6 +116,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       if (
         inFlight &&
         left > 0 &&
+        !clientGone(context) &&
         (await this.inFlight.wait(inFlight, Math.min(left, 10 * 2 ** Math.min(attempt, 4))))
       ) {
         continue;
@@ -407,6 +408,15 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     });
     return { ...outcome(decisions, allowed, []), storeError: policyOf(policies) };
   }
+}
+
+/**
+ * Whether the client closed its connection: a request whose client left while it waited stops
+ * waiting, and is refused like any connection closed before the decision (its handler never runs).
+ */
+function clientGone(context: ExecutionContext): boolean {
+  const request = context.switchToHttp().getRequest<{ socket?: { destroyed?: boolean } }>();
+  return request.socket?.destroyed === true;
 }
 
 /**
