@@ -17,6 +17,7 @@ export { RateLimitConfigurationError } from './rules/rate-limit-rule.js';
 export type { Duration } from './rules/duration.js';
 export { RateLimitGuard } from './rate-limit.guard.js';
 export { RateLimitInterceptor } from './rate-limit.interceptor.js';
+export type { RateLimitHeaderStyle } from './rate-limit-headers.js';
 export { RateLimitException, type RateLimitExceptionBody } from './rate-limit.exception.js';
 export { RateLimiterService } from './rate-limiter.service.js';
 export type { RateLimitOutcome, RuleDecision } from './rate-limit-outcome.js';

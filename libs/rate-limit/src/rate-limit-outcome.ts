@@ -6,6 +6,10 @@ import type { RateLimitStoreErrorPolicy } from './store-error-policy.js';
 export interface RuleDecision extends RateLimitDecision {
   rule: RateLimitRule;
   identity: string;
+  /** The window in force for this request (the config centre may have changed the rule's). */
+  windowMs: number;
+  /** Units this request asked of the rule. */
+  cost: number;
   /** True when the store failed and `onStoreError` decided; such decisions send no `RateLimit-*` headers. */
   fallback: boolean;
 }
@@ -38,18 +42,6 @@ export function outcomeOf(request: object): RateLimitOutcome | undefined {
 
 export function attachOutcome(request: object, outcome: RateLimitOutcome): void {
   (request as WithOutcome)[OUTCOME] = outcome;
-}
-
-/** Headers for a decision (draft-ietf-httpapi-ratelimit-headers names, seconds rounded up). */
-export function rateLimitHeaders(decision: RateLimitDecision): [string, string][] {
-  const resetSeconds = String(Math.max(0, Math.ceil(decision.resetMs / 1000)));
-  const headers: [string, string][] = [
-    ['RateLimit-Limit', String(decision.limit)],
-    ['RateLimit-Remaining', String(decision.remaining)],
-    ['RateLimit-Reset', resetSeconds],
-  ];
-  if (!decision.allowed) headers.push(['Retry-After', String(retryAfterSeconds(decision))]);
-  return headers;
 }
 
 export function retryAfterSeconds(decision: RateLimitDecision): number {

@@ -12,9 +12,9 @@ import {
   type RuleDecision,
   attachOutcome,
   outcomeOf,
-  rateLimitHeaders,
   retryAfterSeconds,
 } from './rate-limit-outcome.js';
+import { rateLimitHeaders } from './rate-limit-headers.js';
 import { RateLimitException } from './rate-limit.exception.js';
 import { RateLimiterService } from './rate-limiter.service.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from './rate-limit.options.js';
@@ -66,7 +66,7 @@ export class RateLimitGuard implements CanActivate {
     const { httpAdapter } = this.adapterHost;
     const headers = rejected.fallback
       ? [['Retry-After', String(retryAfterSeconds(rejected))]]
-      : rateLimitHeaders(rejected);
+      : rateLimitHeaders(outcome, this.options.headers);
     for (const [name, value] of headers) httpAdapter.setHeader(response, name, value);
     if (outcome.storeError === 'deny' && this.options.storeErrorStatus === 503) {
       throw new ServiceUnavailableException({

@@ -1,23 +1,30 @@
-import { type CallHandler, type ExecutionContext, Injectable, type NestInterceptor } from '@nestjs/common';
+import { type CallHandler, type ExecutionContext, Inject, Injectable, type NestInterceptor } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { Observable } from 'rxjs';
-import { outcomeOf, rateLimitHeaders } from './rate-limit-outcome.js';
+import { rateLimitHeaders } from './rate-limit-headers.js';
+import { outcomeOf } from './rate-limit-outcome.js';
+import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from './rate-limit.options.js';
 
 /**
- * Wraps handlers of admitted requests: sets `RateLimit-Limit`, `RateLimit-Remaining` and
- * `RateLimit-Reset` (seconds) from the tightest rule before the handler writes its response.
+ * Wraps handlers of admitted requests: sets the rate-limit headers (the module's `headers` style;
+ * by default `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` of the tightest rule)
+ * before the handler writes its response.
  */
 @Injectable()
 export class RateLimitInterceptor implements NestInterceptor {
-  constructor(private readonly adapterHost: HttpAdapterHost) {}
+  constructor(
+    private readonly adapterHost: HttpAdapterHost,
+    @Inject(RESOLVED_RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
+  ) {}
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
     if (context.getType() === 'http') {
       const http = context.switchToHttp();
-      const reported = outcomeOf(http.getRequest<object>())?.reported;
-      if (reported && reported.allowed && !reported.fallback) {
+      const outcome = outcomeOf(http.getRequest<object>());
+      const reported = outcome?.reported;
+      if (outcome && reported && reported.allowed && !reported.fallback) {
         const response = http.getResponse<object>();
-        for (const [name, value] of rateLimitHeaders(reported)) {
+        for (const [name, value] of rateLimitHeaders(outcome, this.options.headers)) {
           this.adapterHost.httpAdapter.setHeader(response, name, value);
         }
       }

@@ -2,6 +2,7 @@ import type { Type } from '@nestjs/common';
 import type { Cluster, ClusterNode, ClusterOptions, Redis, RedisOptions } from 'ioredis';
 import type { RateLimitConfigCentre } from './config-centre/rate-limit-config-centre.js';
 import { RateLimitStore } from './stores/rate-limit-store.js';
+import { HEADER_STYLES, type RateLimitHeaderStyle } from './rate-limit-headers.js';
 import type { SampledLogLevel } from './logging/sampled-logger.js';
 import type { RateLimitCircuitBreakerOptions } from './redis/redis-circuit-breaker.js';
 import {
@@ -63,6 +64,13 @@ export interface RateLimitModuleOptions {
   storeErrorStatus?: 429 | 503;
   /** Where run-time thresholds come from. Default: `@nestjs/config`'s `ConfigService` (see `NestConfigCentre`). */
   configCentre?: Type<RateLimitConfigCentre> | RateLimitConfigCentre;
+  /**
+   * Rate-limit headers on responses: `'draft-6'` (default: `RateLimit-Limit`, `-Remaining`, `-Reset`
+   * of the tightest rule), `'draft-11'` (`RateLimit-Policy` and `RateLimit` structured fields, one
+   * item per rule), `'x-ratelimit'` (`@nestjs/throttler`'s `X-RateLimit-*` names) or `false`.
+   * Rejections carry `Retry-After` whatever the style.
+   */
+  headers?: RateLimitHeaderStyle;
   /** Sampling of rejection log lines, or `false` for none. */
   logging?: RateLimitLoggingOptions | false;
   /** Keys the in-process store holds at most (least recently used evicted first). Default 10,000. */
@@ -119,6 +127,7 @@ export interface ResolvedRateLimitOptions {
   onStoreError: RateLimitStoreErrorPolicy;
   localFallback: { safetyFactor: number; expectedInstances: number };
   storeErrorStatus: 429 | 503;
+  headers: RateLimitHeaderStyle;
   logging: Required<RateLimitLoggingOptions> | false;
   memoryStoreMaxKeys: number;
   clock: (() => number) | undefined;
@@ -227,6 +236,9 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
       expectedInstances: positive('localFallback.expectedInstances', options.localFallback?.expectedInstances, 2),
     },
     storeErrorStatus,
+    headers: HEADER_STYLES.includes(options.headers ?? 'draft-6')
+      ? (options.headers ?? 'draft-6')
+      : fail('headers', `must be one of 'draft-6', 'draft-11', 'x-ratelimit' or false`, options.headers),
     logging,
     memoryStoreMaxKeys: positive('memoryStoreMaxKeys', options.memoryStoreMaxKeys, DEFAULT_MEMORY_MAX_KEYS),
     clock:

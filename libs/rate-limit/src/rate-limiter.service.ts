@@ -151,7 +151,14 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
           `Mended a key of rule ${rule.name} found corrupt or without a TTL (${hits[i].key}, among others)`,
         );
       }
-      return { ...decision, rule, identity: identity ?? ANONYMOUS_IDENTITY, fallback: false };
+      return {
+        ...decision,
+        rule,
+        identity: identity ?? ANONYMOUS_IDENTITY,
+        windowMs: prepared[i].thresholds.windowMs,
+        cost: prepared[i].hit.cost,
+        fallback: false,
+      };
     });
     if (!consumption.allowed && this.rejections) {
       for (const [i, decision] of decisions.entries()) {
@@ -399,7 +406,14 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         : undefined;
     const allowed = !denied && (local?.allowed ?? true);
     const decisions = prepared.map(({ rule, identity, thresholds }, i): RuleDecision => {
-      const base = { rule, identity: identity ?? ANONYMOUS_IDENTITY, fallback: true, limit: thresholds.count };
+      const base = {
+        rule,
+        identity: identity ?? ANONYMOUS_IDENTITY,
+        windowMs: thresholds.windowMs,
+        cost: prepared[i].hit.cost,
+        fallback: true,
+        limit: thresholds.count,
+      };
       const localAt = localIndices.indexOf(i);
       if (local && localAt >= 0) return { ...local.decisions[localAt], ...base };
       return policies[i] === 'deny' || (policies[i] === 'local' && !allowed)
