@@ -1,7 +1,7 @@
 import { Controller, Get, type INestApplication } from '@nestjs/common';
 import type { Redis } from 'ioredis';
 import request from 'supertest';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { RateLimit } from 'nest-rate-limit';
 import { statuses } from '../support/http.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
@@ -100,6 +100,29 @@ describe('counts lost behind the limiter’s back (as in a failover)', () => {
       expect(await statuses(app, '/lost/twenty', 3)).toEqual([200, 200, 429]);
       expect(await redis.hget(key, 'c')).toBe('20');
     } finally {
+      await app.close();
+    }
+  });
+
+  it('tells windows apart by their start on Redis, not by when this instance read the reply', async () => {
+    const { app, prefix } = await appWith(true, false);
+    try {
+      const key = `${prefix}:{global}:five:fw`;
+      const started = performance.now();
+      expect(await statuses(app, '/lost/five', 3)).toEqual([200, 200, 200]);
+      // The counter goes, and a new window begins. This instance's clock then reads as far behind
+      // as the time since the first window began: as a reply read late after a stalled event loop
+      // would date it, the new window's end, on this clock, is the old one's.
+      await redis.del(key);
+      vi.useFakeTimers({ toFake: ['Date'] });
+      vi.setSystemTime(Date.now() - (performance.now() - started));
+      const fresh = await request(app.getHttpServer()).get('/lost/five').expect(200);
+      vi.useRealTimers();
+      // A new window, not the old one with writes lost: counted from 1, not raised back to 4.
+      expect(fresh.headers['ratelimit-remaining']).toBe('4');
+      expect(await redis.hget(key, 'c')).toBe('1');
+    } finally {
+      vi.useRealTimers();
       await app.close();
     }
   });

@@ -28,6 +28,12 @@ interface LastSeen {
   limit: number;
   seenAt: number;
   resetAt: number;
+  /**
+   * A fixed window's start on the store's clock, when the store tells when it decided: names the
+   * window exactly, however late this instance read the reply. `resetAt` is on this instance's
+   * clock, read after the reply, and a stalled event loop delays it by the stall.
+   */
+  windowStart: number | undefined;
 }
 
 /**
@@ -66,16 +72,17 @@ export class LocalFallback {
   remember(hits: readonly RateLimitHit[], consumption: RateLimitConsumption, now: number): void {
     hits.forEach((hit, i) => {
       const resetAt = now + consumption.decisions[i].resetMs;
+      const windowStart = windowStartOf(hit, consumption, i);
       const used = committedUnits(hit, consumption, i);
       const seen = this.lastSeen.get(hit.key);
       // A fixed window's count never falls: keep the highest figure seen in the same window.
-      const sameWindow =
-        seen && hit.algorithm === 'fixed-window' && Math.abs(resetAt - seen.resetAt) <= WINDOW_MATCH_MS;
+      const same = seen && hit.algorithm === 'fixed-window' && sameWindow(seen, resetAt, windowStart);
       this.lastSeen.set(hit.key, {
-        used: sameWindow && seen.limit === hit.limit ? Math.max(used, seen.used) : used,
+        used: same && seen.limit === hit.limit ? Math.max(used, seen.used) : used,
         limit: hit.limit,
         seenAt: now,
         resetAt,
+        windowStart,
       });
     });
   }
@@ -91,7 +98,7 @@ export class LocalFallback {
     const seen = this.lastSeen.get(hit.key);
     const resetAt = now + consumption.decisions[index].resetMs;
     if (!seen || seen.limit !== hit.limit) return 0;
-    if (seen.resetAt <= now || Math.abs(resetAt - seen.resetAt) > WINDOW_MATCH_MS) return 0;
+    if (seen.resetAt <= now || !sameWindow(seen, resetAt, windowStartOf(hit, consumption, index))) return 0;
     const expected = seen.used + (consumption.allowed ? hit.cost : 0);
     return Math.max(0, expected - committedUnits(hit, consumption, index));
   }
@@ -155,6 +162,19 @@ export class LocalFallback {
       };
     });
   }
+}
+
+/** A fixed window's start on the store's clock, when the store reported its decision time. */
+function windowStartOf(hit: RateLimitHit, consumption: RateLimitConsumption, index: number): number | undefined {
+  const decidedAt = consumption.decidedAt?.[index];
+  if (hit.algorithm !== 'fixed-window' || decidedAt === undefined) return undefined;
+  return decidedAt + consumption.decisions[index].resetMs - hit.windowMs;
+}
+
+/** Whether a report is of the window `seen` was: by its start when both tell it, else by its end. */
+function sameWindow(seen: LastSeen, resetAt: number, windowStart: number | undefined): boolean {
+  if (seen.windowStart !== undefined && windowStart !== undefined) return seen.windowStart === windowStart;
+  return Math.abs(resetAt - seen.resetAt) <= WINDOW_MATCH_MS;
 }
 
 /**
