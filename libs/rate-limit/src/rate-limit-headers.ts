@@ -1,5 +1,6 @@
 import type { RateLimitOutcome, RuleDecision } from './rate-limit-outcome.js';
 import { retryAfterSeconds } from './rate-limit-outcome.js';
+import { remainingAfter } from './stores/rate-limit-store.js';
 
 /**
  * Which rate-limit headers responses carry:
@@ -36,19 +37,16 @@ export function rateLimitHeaders(outcome: RateLimitOutcome, style: RateLimitHead
         'RateLimit-Policy',
         decided.map((d) => `"${d.rule.name}";q=${d.limit};w=${Math.ceil(d.windowMs / 1000)}`).join(', '),
       ],
-      ['RateLimit', decided.map((d) => `"${d.rule.name}";r=${left(outcome, d)};t=${resetSeconds(d)}`).join(', ')],
+      [
+        'RateLimit',
+        decided
+          .map((d) => `"${d.rule.name}";r=${remainingAfter(d, outcome.allowed, d.cost)};t=${resetSeconds(d)}`)
+          .join(', '),
+      ],
     );
   }
   if (!outcome.allowed) headers.push(['Retry-After', String(retryAfterSeconds(reported))]);
   return headers;
-}
-
-/**
- * What a rule has left after the request. A rule that would admit a request another rule refused
- * reports its count as if the request were admitted; nothing of it was counted.
- */
-function left(outcome: RateLimitOutcome, decision: RuleDecision): number {
-  return !outcome.allowed && decision.allowed ? decision.remaining + decision.cost : decision.remaining;
 }
 
 /** Seconds until the full limit is available again, rounded up. */

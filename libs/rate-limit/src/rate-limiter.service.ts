@@ -22,7 +22,12 @@ import { neverReachedRedis } from './redis/unsent-error.js';
 import { LocalFallback } from './stores/local-fallback.js';
 import { RedisRateLimitStore } from './stores/redis-rate-limit.store.js';
 import { MemoryRateLimitStore } from './stores/memory-rate-limit.store.js';
-import { type RateLimitConsumption, type RateLimitHit, RateLimitStore } from './stores/rate-limit-store.js';
+import {
+  type RateLimitConsumption,
+  type RateLimitHit,
+  RateLimitStore,
+  windowStartOf,
+} from './stores/rate-limit-store.js';
 import type { RateLimitStoreErrorPolicy } from './store-error-policy.js';
 
 /** nginx's status for a client that closed the connection first; nobody receives it, logs show it. */
@@ -221,8 +226,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     let refused = false;
     const decisions = consumption.decisions.map((decision, i) => {
       const { hit, rule } = prepared[i];
-      const decidedAt = consumption.decidedAt?.[i];
-      if (rule.countOn !== 'all' || decidedAt === undefined) return decision;
+      if (rule.countOn !== 'all' || consumption.decidedAt?.[i] === undefined) return decision;
       const lost = this.fallback!.lostUnits(hit, consumption, i, at);
       if (lost < Math.max(2, Math.ceil(hit.limit * 0.05))) return decision;
       const seen = this.fallback!.seenUnits(hit);
@@ -233,8 +237,8 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       );
       const allowed = decision.allowed && figure <= hit.limit;
       if (consumption.allowed && !allowed) refused = true;
-      // The window the decision was made in: fixed-window's reset is its end, in store time.
-      raises.push({ hit, windowStart: decidedAt + decision.resetMs - hit.windowMs, figure });
+      // The window the decision was made in (lost units are only ever counted for fixed windows).
+      raises.push({ hit, windowStart: windowStartOf(hit, consumption, i)!, figure });
       return { ...decision, allowed, remaining: Math.max(0, hit.limit - figure) };
     });
     if (raises.length === 0) return consumption;

@@ -1,6 +1,6 @@
 import { LRUCache } from 'lru-cache';
 import { MemoryRateLimitStore } from './memory-rate-limit.store.js';
-import type { RateLimitConsumption, RateLimitHit } from './rate-limit-store.js';
+import { type RateLimitConsumption, type RateLimitHit, remainingAfter, windowStartOf } from './rate-limit-store.js';
 
 export interface LocalFallbackOptions {
   /** The estimate of what other instances admitted is multiplied by this. Default 1.2. */
@@ -164,13 +164,6 @@ export class LocalFallback {
   }
 }
 
-/** A fixed window's start on the store's clock, when the store reported its decision time. */
-function windowStartOf(hit: RateLimitHit, consumption: RateLimitConsumption, index: number): number | undefined {
-  const decidedAt = consumption.decidedAt?.[index];
-  if (hit.algorithm !== 'fixed-window' || decidedAt === undefined) return undefined;
-  return decidedAt + consumption.decisions[index].resetMs - hit.windowMs;
-}
-
 /** Whether a report is of the window `seen` was: by its start when both tell it, else by its end. */
 function sameWindow(seen: LastSeen, resetAt: number, windowStart: number | undefined): boolean {
   if (seen.windowStart !== undefined && windowStart !== undefined) return seen.windowStart === windowStart;
@@ -182,7 +175,5 @@ function sameWindow(seen: LastSeen, resetAt: number, windowStart: number | undef
  * request were admitted, but when another rule refused the request, this hit was not counted.
  */
 function committedUnits(hit: RateLimitHit, consumption: RateLimitConsumption, index: number): number {
-  const decision = consumption.decisions[index];
-  const used = hit.limit - decision.remaining;
-  return !consumption.allowed && decision.allowed ? used - hit.cost : used;
+  return hit.limit - remainingAfter(consumption.decisions[index], consumption.allowed, hit.cost);
 }

@@ -70,6 +70,24 @@ export interface RateLimitConsumption {
   replicated?: boolean;
 }
 
+/**
+ * Units a rule leaves after its request. A rule that would admit a request another rule refused
+ * reports its count as if the request were admitted; nothing of it was counted.
+ */
+export function remainingAfter(decision: RateLimitDecision, requestAllowed: boolean, cost: number): number {
+  return !requestAllowed && decision.allowed ? decision.remaining + cost : decision.remaining;
+}
+
+/**
+ * A fixed window's start on the store's clock, when the store reported its decision time: the
+ * window's reset is its end, in store time. Exact however late the reply was read.
+ */
+export function windowStartOf(hit: RateLimitHit, consumption: RateLimitConsumption, index: number): number | undefined {
+  const decidedAt = consumption.decidedAt?.[index];
+  if (hit.algorithm !== 'fixed-window' || decidedAt === undefined) return undefined;
+  return decidedAt + consumption.decisions[index].resetMs - hit.windowMs;
+}
+
 /** An admitted hit to take back. */
 export interface RateLimitRefund {
   hit: RateLimitHit;
