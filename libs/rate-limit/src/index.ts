@@ -1,11 +1,11 @@
-export { RateLimitModule } from './rate-limit.module.js';
+export { RateLimitModule } from './module/rate-limit.module.js';
 export type {
   RateLimitModuleOptions,
   RateLimitModuleExtras,
   RateLimitRedisOptions,
   RateLimitLoggingOptions,
-} from './rate-limit.options.js';
-export { RateLimit, SkipRateLimit } from './rate-limit.decorator.js';
+} from './module/options.js';
+export { RateLimit, SkipRateLimit } from './decorators/rate-limit.decorator.js';
 export type {
   RateLimitOptions,
   RateLimitBy,
@@ -15,12 +15,12 @@ export type {
 } from './rules/rate-limit-rule.js';
 export { RateLimitConfigurationError } from './rules/rate-limit-rule.js';
 export type { Duration } from './rules/duration.js';
-export { RateLimitGuard } from './rate-limit.guard.js';
-export { RateLimitInterceptor } from './rate-limit.interceptor.js';
-export type { RateLimitHeaderStyle } from './rate-limit-headers.js';
-export { RateLimitException, type RateLimitExceptionBody } from './rate-limit.exception.js';
-export { RateLimiterService } from './rate-limiter.service.js';
-export type { RateLimitOutcome, RuleDecision } from './rate-limit-outcome.js';
+export { RateLimitGuard } from './http/rate-limit.guard.js';
+export { RateLimitInterceptor } from './http/rate-limit.interceptor.js';
+export type { RateLimitHeaderStyle } from './http/rate-limit-headers.js';
+export { RateLimitException, type RateLimitExceptionBody } from './http/rate-limit.exception.js';
+export { RateLimiterService } from './limiter/rate-limiter.service.js';
+export type { RateLimitOutcome, RuleDecision } from './limiter/rate-limit-outcome.js';
 export { RateLimitConfigCentre, type RateLimitOverride } from './config-centre/rate-limit-config-centre.js';
 export { NestConfigCentre } from './config-centre/nest-config-centre.js';
 export {
@@ -31,12 +31,12 @@ export {
   type RateLimitReceipt,
   type RateLimitRefund,
   type RateLimitSettlement,
-} from './stores/rate-limit-store.js';
+} from './store/rate-limit-store.js';
 export type { RateLimitAlgorithmName } from './algorithms/algorithm.js';
-export { MemoryRateLimitStore } from './stores/memory-rate-limit.store.js';
-export { RedisRateLimitStore } from './stores/redis-rate-limit.store.js';
+export { MemoryRateLimitStore } from './store/memory-rate-limit.store.js';
+export { RedisRateLimitStore } from './redis/redis-rate-limit.store.js';
 export { RedisService, RedisTimeoutError } from './redis/redis.service.js';
 export type { KeyAuditReport } from './audit/key-audit.js';
 export { redisOptionsFromEnv } from './redis/redis-options-from-env.js';
 export type { RateLimitCircuitBreakerOptions, CircuitBreakerState } from './redis/redis-circuit-breaker.js';
-export type { RateLimitStoreErrorPolicy } from './store-error-policy.js';
+export type { RateLimitStoreErrorPolicy } from './resilience/store-error-policy.js';

@@ -1,11 +1,11 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { AlgorithmParams, RateLimitAlgorithm } from './algorithm.js';
-import { fixedWindow } from './fixed-window.js';
-import { gcra } from './gcra.js';
-import { slidingLog } from './sliding-log.js';
-import { slidingWindow } from './sliding-window.js';
-import { tokenBucket } from './token-bucket.js';
+import { fixedWindow } from './fixed-window/fixed-window.js';
+import { gcra } from './gcra/gcra.js';
+import { slidingLog } from './sliding-log/sliding-log.js';
+import { slidingWindow } from './sliding-window/sliding-window.js';
+import { tokenBucket } from './token-bucket/token-bucket.js';
 
 /** Feeds hits at the given times (and costs) through an algorithm, keeping state as a store would. */
 function run<S>(

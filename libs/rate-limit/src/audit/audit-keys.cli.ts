@@ -11,7 +11,7 @@
 import { parseArgs } from 'node:util';
 import { RedisService } from '../redis/redis.service.js';
 import { redisOptionsFromEnv } from '../redis/redis-options-from-env.js';
-import { resolveModuleOptions } from '../rate-limit.options.js';
+import { resolveModuleOptions } from '../module/options.js';
 import { parseDuration } from '../rules/duration.js';
 
 const { values } = parseArgs({

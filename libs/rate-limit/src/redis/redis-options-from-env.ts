@@ -1,4 +1,4 @@
-import type { RateLimitRedisOptions } from '../rate-limit.options.js';
+import type { RateLimitRedisOptions } from '../module/options.js';
 
 /**
  * The Redis connection an app's environment describes, for `RateLimitModule.forRoot({ redis })`:

@@ -1,15 +1,15 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
-import { RATE_LIMIT_OPTIONS } from '../rate-limit.module-definition.js';
+import { RATE_LIMIT_OPTIONS } from '../module/module-definition.js';
 import {
   RESOLVED_RATE_LIMIT_OPTIONS,
   type RateLimitModuleOptions,
   type ResolvedRateLimitOptions,
-} from '../rate-limit.options.js';
+} from '../module/options.js';
 import { type KeyAuditReport, auditRateLimitKeys } from '../audit/key-audit.js';
 import { type CircuitBreakerState, RedisCircuitBreaker } from './redis-circuit-breaker.js';
 import type { RedisScript } from './redis-script.js';
-import { DEFAULT_LOG_INTERVAL_MS } from '../rate-limit.constants.js';
+import { DEFAULT_LOG_INTERVAL_MS } from '../decorators/metadata-keys.js';
 
 /** Raised when Redis does not answer a call within `redisTimeoutMs`. */
 export class RedisTimeoutError extends Error {

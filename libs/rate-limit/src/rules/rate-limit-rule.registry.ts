@@ -2,7 +2,7 @@ import { Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { PATH_METADATA } from '@nestjs/common/constants.js';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import type { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper.js';
-import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
+import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from '../decorators/metadata-keys.js';
 import {
   type RateLimitOptions,
   type RateLimitRule,

@@ -1,7 +1,7 @@
 import type { ExecutionContext } from '@nestjs/common';
 import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from '../algorithms/algorithm.js';
 import { type Duration, parseCount, parseDuration } from './duration.js';
-import { type RateLimitStoreErrorPolicy, STORE_ERROR_POLICIES } from '../store-error-policy.js';
+import { type RateLimitStoreErrorPolicy, STORE_ERROR_POLICIES } from '../resilience/store-error-policy.js';
 
 /**
  * Computes the identity a request is counted under (a user id, an API key, a tenant).

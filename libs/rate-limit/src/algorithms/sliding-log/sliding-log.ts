@@ -1,4 +1,4 @@
-import type { RateLimitAlgorithm } from './algorithm.js';
+import type { RateLimitAlgorithm } from '../algorithm.js';
 
 /** Times of the admitted units still in the window, oldest first (one entry per unit). */
 export type SlidingLogState = readonly number[];

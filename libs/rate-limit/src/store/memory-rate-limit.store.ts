@@ -1,7 +1,7 @@
 import { LRUCache } from 'lru-cache';
 import type { AlgorithmStep } from '../algorithms/algorithm.js';
 import { ALGORITHMS } from '../algorithms/algorithms.js';
-import { GRACE_MS } from '../redis/consume.script.js';
+import { GRACE_MS } from '../redis/scripts/consume.script.js';
 import { EvictedStateSketch } from './evicted-state-sketch.js';
 import {
   RateLimitStore,

@@ -1,6 +1,6 @@
-import type { Duration } from './rules/duration.js';
-import type { RateLimitOptions } from './rules/rate-limit-rule.js';
-import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from './rate-limit.constants.js';
+import type { Duration } from '../rules/duration.js';
+import type { RateLimitOptions } from '../rules/rate-limit-rule.js';
+import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from './metadata-keys.js';
 
 /**
  * Limits a handler, or every handler of a controller.

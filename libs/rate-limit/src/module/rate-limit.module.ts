@@ -1,28 +1,28 @@
 import { type DynamicModule, Logger, Module, type Provider } from '@nestjs/common';
 import { ConfigService } from '@nestjs/config';
 import { APP_GUARD, APP_INTERCEPTOR, DiscoveryModule, ModuleRef } from '@nestjs/core';
-import { NestConfigCentre } from './config-centre/nest-config-centre.js';
-import { RateLimitConfigCentre } from './config-centre/rate-limit-config-centre.js';
-import { RateLimitGuard } from './rate-limit.guard.js';
-import { RateLimitInterceptor } from './rate-limit.interceptor.js';
+import { NestConfigCentre } from '../config-centre/nest-config-centre.js';
+import { RateLimitConfigCentre } from '../config-centre/rate-limit-config-centre.js';
+import { RateLimitGuard } from '../http/rate-limit.guard.js';
+import { RateLimitInterceptor } from '../http/rate-limit.interceptor.js';
 import {
   RATE_LIMIT_ASYNC_OPTIONS_TYPE,
   RATE_LIMIT_OPTIONS,
   RATE_LIMIT_OPTIONS_TYPE,
   RateLimitConfigurableModule,
-} from './rate-limit.module-definition.js';
+} from './module-definition.js';
 import {
   RESOLVED_RATE_LIMIT_OPTIONS,
   type RateLimitModuleOptions,
   type ResolvedRateLimitOptions,
   resolveModuleOptions,
-} from './rate-limit.options.js';
-import { RateLimiterService } from './rate-limiter.service.js';
-import { RedisService } from './redis/redis.service.js';
-import { RateLimitRuleRegistry } from './rules/rate-limit-rule.registry.js';
-import { MemoryRateLimitStore } from './stores/memory-rate-limit.store.js';
-import { RedisRateLimitStore } from './stores/redis-rate-limit.store.js';
-import { RateLimitStore } from './stores/rate-limit-store.js';
+} from './options.js';
+import { RateLimiterService } from '../limiter/rate-limiter.service.js';
+import { RedisService } from '../redis/redis.service.js';
+import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
+import { MemoryRateLimitStore } from '../store/memory-rate-limit.store.js';
+import { RedisRateLimitStore } from '../redis/redis-rate-limit.store.js';
+import { RateLimitStore } from '../store/rate-limit-store.js';
 
 const resolvedOptionsProvider: Provider = {
   provide: RESOLVED_RATE_LIMIT_OPTIONS,

@@ -1,5 +1,5 @@
 import { ConfigurableModuleBuilder } from '@nestjs/common';
-import type { RateLimitModuleExtras, RateLimitModuleOptions } from './rate-limit.options.js';
+import type { RateLimitModuleExtras, RateLimitModuleOptions } from './options.js';
 
 export const {
   ConfigurableModuleClass: RateLimitConfigurableModule,

@@ -1,4 +1,4 @@
-import { ROUNDING_EPSILON, type RateLimitAlgorithm } from './algorithm.js';
+import { ROUNDING_EPSILON, type RateLimitAlgorithm } from '../algorithm.js';
 
 /** Counts of the current and the previous aligned window. */
 export interface SlidingWindowState {

@@ -1,4 +1,4 @@
-import { ROUNDING_EPSILON, type RateLimitAlgorithm } from './algorithm.js';
+import { ROUNDING_EPSILON, type RateLimitAlgorithm } from '../algorithm.js';
 
 export interface TokenBucketState {
   tokens: number;

@@ -2,8 +2,8 @@ import { type CallHandler, type ExecutionContext, Inject, Injectable, type NestI
 import { HttpAdapterHost } from '@nestjs/core';
 import type { Observable } from 'rxjs';
 import { rateLimitHeaders } from './rate-limit-headers.js';
-import { outcomeOf } from './rate-limit-outcome.js';
-import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from './rate-limit.options.js';
+import { outcomeOf } from '../limiter/rate-limit-outcome.js';
+import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
 
 /**
  * Wraps handlers of admitted requests: sets the rate-limit headers (the module's `headers` style;

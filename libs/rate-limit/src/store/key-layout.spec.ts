@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { identityPart, rateLimitKeys } from './rate-limit-key.js';
+import { identityPart, rateLimitKeys } from './key-layout.js';
 
 describe('rateLimitKeys', () => {
   it('uses short plain identities as they are, as the hash tag', () => {

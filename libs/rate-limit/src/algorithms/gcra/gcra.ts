@@ -1,4 +1,4 @@
-import { ROUNDING_EPSILON, type RateLimitAlgorithm } from './algorithm.js';
+import { ROUNDING_EPSILON, type RateLimitAlgorithm } from '../algorithm.js';
 
 export interface GcraState {
   /** Theoretical arrival time of the next unit, in ms. */

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { RateLimitAlgorithmName } from './algorithms/algorithm.js';
+import type { RateLimitAlgorithmName } from '../algorithms/algorithm.js';
 
 /** Identities used in keys as they are: short, and nothing that could pick a Cluster slot (braces). */
 const PLAIN_IDENTITY = /^[A-Za-z0-9._:-]{1,64}$/;

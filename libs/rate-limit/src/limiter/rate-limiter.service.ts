@@ -9,26 +9,26 @@ import {
   type OnApplicationShutdown,
 } from '@nestjs/common';
 import { clientAddressIdentity } from './client-address.js';
-import { RateLimitConfigCentre } from './config-centre/rate-limit-config-centre.js';
-import { RuleThresholds, type Thresholds } from './config-centre/rule-thresholds.js';
-import { SampledLogger } from './logging/sampled-logger.js';
+import { RateLimitConfigCentre } from '../config-centre/rate-limit-config-centre.js';
+import { RuleThresholds, type Thresholds } from '../config-centre/rule-thresholds.js';
+import { SampledLogger } from '../logging/sampled-logger.js';
 import type { ConditionalUnits, RateLimitOutcome, RuleDecision } from './rate-limit-outcome.js';
 import { InFlightWaits } from './in-flight-waits.js';
-import { ANONYMOUS_IDENTITY, rateLimitKeys } from './rate-limit-key.js';
-import { DEFAULT_LOG_MAX_TRACKED } from './rate-limit.constants.js';
-import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from './rate-limit.options.js';
-import type { RateLimitRule } from './rules/rate-limit-rule.js';
-import { neverReachedRedis } from './redis/unsent-error.js';
-import { LocalFallback } from './stores/local-fallback.js';
-import { RedisRateLimitStore } from './stores/redis-rate-limit.store.js';
-import { MemoryRateLimitStore } from './stores/memory-rate-limit.store.js';
+import { ANONYMOUS_IDENTITY, rateLimitKeys } from '../store/key-layout.js';
+import { DEFAULT_LOG_MAX_TRACKED } from '../decorators/metadata-keys.js';
+import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
+import type { RateLimitRule } from '../rules/rate-limit-rule.js';
+import { neverReachedRedis } from '../redis/unsent-error.js';
+import { LocalFallback } from '../resilience/local-fallback.js';
+import { RedisRateLimitStore } from '../redis/redis-rate-limit.store.js';
+import { MemoryRateLimitStore } from '../store/memory-rate-limit.store.js';
 import {
   type RateLimitConsumption,
   type RateLimitHit,
   RateLimitStore,
   windowStartOf,
-} from './stores/rate-limit-store.js';
-import type { RateLimitStoreErrorPolicy } from './store-error-policy.js';
+} from '../store/rate-limit-store.js';
+import type { RateLimitStoreErrorPolicy } from '../resilience/store-error-policy.js';
 
 /** nginx's status for a client that closed the connection first; nobody receives it, logs show it. */
 const CLIENT_CLOSED = 499;

@@ -13,13 +13,13 @@ import {
   attachOutcome,
   outcomeOf,
   retryAfterSeconds,
-} from './rate-limit-outcome.js';
+} from '../limiter/rate-limit-outcome.js';
 import { rateLimitHeaders } from './rate-limit-headers.js';
 import { RateLimitException } from './rate-limit.exception.js';
-import { RateLimiterService } from './rate-limiter.service.js';
-import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from './rate-limit.options.js';
-import { RateLimitConfigurationError } from './rules/rate-limit-rule.js';
-import { ONLY_HTTP_ROUTES, RateLimitRuleRegistry } from './rules/rate-limit-rule.registry.js';
+import { RateLimiterService } from '../limiter/rate-limiter.service.js';
+import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
+import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
+import { ONLY_HTTP_ROUTES, RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 
 /**
  * Decides each request before pipes and the handler run: rules from `@RateLimit` metadata (compiled

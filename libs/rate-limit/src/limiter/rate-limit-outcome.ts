@@ -1,6 +1,6 @@
-import type { RateLimitRule } from './rules/rate-limit-rule.js';
-import type { RateLimitDecision, RateLimitRefund } from './stores/rate-limit-store.js';
-import type { RateLimitStoreErrorPolicy } from './store-error-policy.js';
+import type { RateLimitRule } from '../rules/rate-limit-rule.js';
+import type { RateLimitDecision, RateLimitRefund } from '../store/rate-limit-store.js';
+import type { RateLimitStoreErrorPolicy } from '../resilience/store-error-policy.js';
 
 /** One rule's decision for one request. */
 export interface RuleDecision extends RateLimitDecision {

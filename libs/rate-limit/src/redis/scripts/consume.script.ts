@@ -1,10 +1,10 @@
-import { ROUNDING_EPSILON } from '../algorithms/algorithm.js';
-import { FIXED_WINDOW_LUA } from './lua/fixed-window.lua.js';
-import { GCRA_LUA } from './lua/gcra.lua.js';
-import { SLIDING_LOG_LUA } from './lua/sliding-log.lua.js';
-import { SLIDING_WINDOW_LUA } from './lua/sliding-window.lua.js';
-import { TOKEN_BUCKET_LUA } from './lua/token-bucket.lua.js';
-import { RedisScript } from './redis-script.js';
+import { ROUNDING_EPSILON } from '../../algorithms/algorithm.js';
+import { FIXED_WINDOW_LUA } from '../../algorithms/fixed-window/fixed-window.lua.js';
+import { GCRA_LUA } from '../../algorithms/gcra/gcra.lua.js';
+import { SLIDING_LOG_LUA } from '../../algorithms/sliding-log/sliding-log.lua.js';
+import { SLIDING_WINDOW_LUA } from '../../algorithms/sliding-window/sliding-window.lua.js';
+import { TOKEN_BUCKET_LUA } from '../../algorithms/token-bucket/token-bucket.lua.js';
+import { RedisScript } from '../redis-script.js';
 
 /** Keys outlive the time their state matters by this much, so a slow call never finds them gone. */
 export const GRACE_MS = 1_000;

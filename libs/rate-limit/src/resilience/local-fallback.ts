@@ -1,6 +1,6 @@
 import { LRUCache } from 'lru-cache';
-import { MemoryRateLimitStore } from './memory-rate-limit.store.js';
-import { type RateLimitConsumption, type RateLimitHit, remainingAfter, windowStartOf } from './rate-limit-store.js';
+import { MemoryRateLimitStore } from '../store/memory-rate-limit.store.js';
+import { type RateLimitConsumption, type RateLimitHit, remainingAfter, windowStartOf } from '../store/rate-limit-store.js';
 
 export interface LocalFallbackOptions {
   /** The estimate of what other instances admitted is multiplied by this. Default 1.2. */

@@ -1,4 +1,4 @@
-import type { RateLimitAlgorithm } from './algorithm.js';
+import type { RateLimitAlgorithm } from '../algorithm.js';
 
 /** A window that starts at the first hit and the units admitted in it. */
 export interface FixedWindowState {

@@ -1,10 +1,10 @@
 import type { Type } from '@nestjs/common';
 import type { Cluster, ClusterNode, ClusterOptions, Redis, RedisOptions } from 'ioredis';
-import type { RateLimitConfigCentre } from './config-centre/rate-limit-config-centre.js';
-import { RateLimitStore } from './stores/rate-limit-store.js';
-import { HEADER_STYLES, type RateLimitHeaderStyle } from './rate-limit-headers.js';
-import type { SampledLogLevel } from './logging/sampled-logger.js';
-import type { RateLimitCircuitBreakerOptions } from './redis/redis-circuit-breaker.js';
+import type { RateLimitConfigCentre } from '../config-centre/rate-limit-config-centre.js';
+import { RateLimitStore } from '../store/rate-limit-store.js';
+import { HEADER_STYLES, type RateLimitHeaderStyle } from '../http/rate-limit-headers.js';
+import type { SampledLogLevel } from '../logging/sampled-logger.js';
+import type { RateLimitCircuitBreakerOptions } from '../redis/redis-circuit-breaker.js';
 import {
   DEFAULT_IN_FLIGHT_WAIT_MS,
   DEFAULT_KEY_PREFIX,
@@ -12,9 +12,9 @@ import {
   DEFAULT_LOG_MAX_LINES_PER_SECOND,
   DEFAULT_MEMORY_MAX_KEYS,
   DEFAULT_REDIS_TIMEOUT_MS,
-} from './rate-limit.constants.js';
-import { RateLimitConfigurationError } from './rules/rate-limit-rule.js';
-import { type RateLimitStoreErrorPolicy, STORE_ERROR_POLICIES } from './store-error-policy.js';
+} from '../decorators/metadata-keys.js';
+import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
+import { type RateLimitStoreErrorPolicy, STORE_ERROR_POLICIES } from '../resilience/store-error-policy.js';
 
 /**
  * How to reach Redis:

@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { Cluster } from 'ioredis';
 import calculateSlot from 'cluster-key-slot';
-import { CONSUME_SCRIPT, RAISE_FIXED_WINDOW_SCRIPT, REFUND_SCRIPT } from '../redis/consume.script.js';
-import type { RedisService } from '../redis/redis.service.js';
-import { UnsentCallsError, neverReachedRedis } from '../redis/unsent-error.js';
+import { CONSUME_SCRIPT, RAISE_FIXED_WINDOW_SCRIPT, REFUND_SCRIPT } from './scripts/consume.script.js';
+import type { RedisService } from './redis.service.js';
+import { UnsentCallsError, neverReachedRedis } from './unsent-error.js';
 import {
   type RateLimitConsumption,
   type RateLimitDecision,
@@ -11,7 +11,7 @@ import {
   type RateLimitReceipt,
   type RateLimitSettlement,
   RateLimitStore,
-} from './rate-limit-store.js';
+} from '../store/rate-limit-store.js';
 
 /** Unique per process; with a per-call sequence it makes every request's nonce unique. */
 const PROCESS_NONCE = randomBytes(6).toString('base64url');

@@ -1,6 +1,6 @@
-import type { RateLimitOutcome, RuleDecision } from './rate-limit-outcome.js';
-import { retryAfterSeconds } from './rate-limit-outcome.js';
-import { remainingAfter } from './stores/rate-limit-store.js';
+import type { RateLimitOutcome, RuleDecision } from '../limiter/rate-limit-outcome.js';
+import { retryAfterSeconds } from '../limiter/rate-limit-outcome.js';
+import { remainingAfter } from '../store/rate-limit-store.js';
 
 /**
  * Which rate-limit headers responses carry:
