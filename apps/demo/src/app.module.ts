@@ -1,6 +1,6 @@
 import { Module } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
-import { RateLimitModule, type RateLimitModuleOptions, redisOptionsFromEnv } from 'nest-rate-limit';
+import { RateLimitModule, type RateLimitStoreErrorPolicy, redisOptionsFromEnv } from 'nest-rate-limit';
 import { AlgorithmsController } from './algorithms.controller.js';
 import { FeaturesController } from './features.controller.js';
 import { HealthController } from './health.controller.js';
@@ -22,7 +22,7 @@ import { OrdersController } from './orders.controller.js';
           REDIS_CLUSTER_NODES: config.get<string>('REDIS_CLUSTER_NODES'),
         }),
         keyPrefix: config.get<string>('RATE_LIMIT_PREFIX') || undefined,
-        onStoreError: config.get<RateLimitModuleOptions['onStoreError']>('RATE_LIMIT_ON_STORE_ERROR') || undefined,
+        storeErrors: { policy: config.get<RateLimitStoreErrorPolicy>('RATE_LIMIT_ON_STORE_ERROR') || undefined },
       }),
     }),
   ],

@@ -1,13 +1,26 @@
+// The public API. Everything a signature below mentions is exported here too; the rest is internal.
+
+// Module and its options.
 export { RateLimitModule } from './module/rate-limit.module.js';
 export type {
   RateLimitModuleOptions,
   RateLimitModuleExtras,
   RateLimitRedisOptions,
+  RateLimitStoreErrorOptions,
+  RateLimitFailoverOptions,
   RateLimitLoggingOptions,
 } from './module/options.js';
+export { RATE_LIMIT_DEFAULTS } from './module/defaults.js';
+export type { RateLimitCircuitBreakerOptions, CircuitBreakerState } from './redis/redis-circuit-breaker.js';
+export type { RateLimitStoreErrorPolicy } from './resilience/store-error-policy.js';
+export type { RateLimitHeaderStyle } from './http/rate-limit-headers.js';
+export type { SampledLogLevel } from './logging/sampled-logger.js';
+
+// Rules: the decorators and what they take.
 export { RateLimit, SkipRateLimit } from './decorators/rate-limit.decorator.js';
 export type {
   RateLimitOptions,
+  RateLimitRule,
   RateLimitBy,
   RateLimitIdentityResolver,
   RateLimitCost,
@@ -15,14 +28,22 @@ export type {
 } from './rules/rate-limit-rule.js';
 export { RateLimitConfigurationError } from './rules/rate-limit-rule.js';
 export type { Duration } from './rules/duration.js';
+export type { RateLimitAlgorithmName } from './algorithms/algorithm.js';
+
+// HTTP: the guard, the interceptor, the 429.
 export { RateLimitGuard } from './http/rate-limit.guard.js';
 export { RateLimitInterceptor } from './http/rate-limit.interceptor.js';
-export type { RateLimitHeaderStyle } from './http/rate-limit-headers.js';
 export { RateLimitException, type RateLimitExceptionBody } from './http/rate-limit.exception.js';
-export { RateLimiterService } from './limiter/rate-limiter.service.js';
-export type { RateLimitOutcome, RuleDecision } from './limiter/rate-limit-outcome.js';
+
+// Deciding, in HTTP and outside it.
+export { RateLimiterService, type RateLimitRuleRef } from './limiter/rate-limiter.service.js';
+export type { RateLimitOutcome, RuleDecision, ConditionalUnits } from './limiter/rate-limit-outcome.js';
+
+// Thresholds at run time.
 export { RateLimitConfigCentre, type RateLimitOverride } from './config-centre/rate-limit-config-centre.js';
 export { NestConfigCentre } from './config-centre/nest-config-centre.js';
+
+// Stores: the contract, the in-process store, the key layout.
 export {
   RateLimitStore,
   type RateLimitDecision,
@@ -32,11 +53,11 @@ export {
   type RateLimitRefund,
   type RateLimitSettlement,
 } from './store/rate-limit-store.js';
-export type { RateLimitAlgorithmName } from './algorithms/algorithm.js';
 export { MemoryRateLimitStore } from './store/memory-rate-limit.store.js';
-export { RedisRateLimitStore } from './redis/redis-rate-limit.store.js';
+export { rateLimitKey, rateLimitKeys, keysBeside, type RateLimitKeysBeside } from './store/key-layout.js';
+
+// Redis.
 export { RedisService, RedisTimeoutError } from './redis/redis.service.js';
-export type { KeyAuditReport } from './audit/key-audit.js';
+export { RedisScript } from './redis/redis-script.js';
 export { redisOptionsFromEnv } from './redis/redis-options-from-env.js';
-export type { RateLimitCircuitBreakerOptions, CircuitBreakerState } from './redis/redis-circuit-breaker.js';
-export type { RateLimitStoreErrorPolicy } from './resilience/store-error-policy.js';
+export type { KeyAuditReport } from './audit/key-audit.js';

@@ -7,13 +7,8 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { ServerResponse } from 'node:http';
-import {
-  type RateLimitOutcome,
-  type RuleDecision,
-  attachOutcome,
-  outcomeOf,
-  retryAfterSeconds,
-} from '../limiter/rate-limit-outcome.js';
+import { type RateLimitOutcome, type RuleDecision, retryAfterSeconds } from '../limiter/rate-limit-outcome.js';
+import { attachOutcome, outcomeOf } from './request-outcome.js';
 import { rateLimitHeaders } from './rate-limit-headers.js';
 import { RateLimitException } from './rate-limit.exception.js';
 import { RateLimiterService } from '../limiter/rate-limiter.service.js';
@@ -32,6 +27,7 @@ import { ONLY_HTTP_ROUTES, RateLimitRuleRegistry } from '../rules/rate-limit-rul
  */
 @Injectable()
 export class RateLimitGuard implements CanActivate {
+  /** @internal Nest creates it; a subclass declares no constructor of its own. */
   constructor(
     private readonly registry: RateLimitRuleRegistry,
     private readonly limiter: RateLimiterService,
@@ -68,7 +64,7 @@ export class RateLimitGuard implements CanActivate {
       ? [['Retry-After', String(retryAfterSeconds(rejected))]]
       : rateLimitHeaders(outcome, this.options.headers);
     for (const [name, value] of headers) httpAdapter.setHeader(response, name, value);
-    if (outcome.storeError === 'deny' && this.options.storeErrorStatus === 503) {
+    if (outcome.storeError === 'deny' && this.options.storeErrors.status === 503) {
       throw new ServiceUnavailableException({
         statusCode: 503,
         error: 'Service Unavailable',

@@ -2,7 +2,7 @@ import { type CallHandler, type ExecutionContext, Inject, Injectable, type NestI
 import { HttpAdapterHost } from '@nestjs/core';
 import type { Observable } from 'rxjs';
 import { rateLimitHeaders } from './rate-limit-headers.js';
-import { outcomeOf } from '../limiter/rate-limit-outcome.js';
+import { outcomeOf } from './request-outcome.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
 
 /**
@@ -12,6 +12,7 @@ import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../m
  */
 @Injectable()
 export class RateLimitInterceptor implements NestInterceptor {
+  /** @internal Nest creates it; a subclass declares no constructor of its own. */
   constructor(
     private readonly adapterHost: HttpAdapterHost,
     @Inject(RESOLVED_RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,

@@ -1,6 +1,6 @@
 import type { RateLimitRule } from '../rules/rate-limit-rule.js';
-import type { RateLimitDecision, RateLimitRefund } from '../store/rate-limit-store.js';
 import type { RateLimitStoreErrorPolicy } from '../resilience/store-error-policy.js';
+import type { RateLimitDecision, RateLimitRefund } from '../store/rate-limit-store.js';
 
 /** One rule's decision for one request. */
 export interface RuleDecision extends RateLimitDecision {
@@ -14,13 +14,13 @@ export interface RuleDecision extends RateLimitDecision {
   fallback: boolean;
 }
 
-/** What the guard decided for a request, kept on the request for the interceptor. */
+/** What the limiter decided for a request (for HTTP, kept on the request for the interceptor). */
 export interface RateLimitOutcome {
   decisions: readonly RuleDecision[];
   /** The decision that sets the headers: the rejecting rule with the longest wait, else the tightest rule. */
   reported: RuleDecision | undefined;
   allowed: boolean;
-  /** Admitted units of rules with `countOn` other than `'all'`, to refund when the response ends. */
+  /** Admitted units of rules with `countOn` other than `'all'`, to settle when the response ends. */
   conditional: readonly ConditionalUnits[];
   /** Set when the store failed and this policy decided the request. */
   storeError?: RateLimitStoreErrorPolicy;
@@ -32,18 +32,32 @@ export interface ConditionalUnits {
   refund: RateLimitRefund;
 }
 
-const OUTCOME = Symbol('rate-limit:outcome');
-
-type WithOutcome = { [OUTCOME]?: RateLimitOutcome };
-
-export function outcomeOf(request: object): RateLimitOutcome | undefined {
-  return (request as WithOutcome)[OUTCOME];
+/** Picks the decision the headers report: the rejecting rule with the longest wait, else the tightest rule. */
+export function rateLimitOutcome(
+  decisions: readonly RuleDecision[],
+  allowed: boolean,
+  conditional: readonly ConditionalUnits[],
+  storeError?: RateLimitStoreErrorPolicy,
+): RateLimitOutcome {
+  let reported: RuleDecision | undefined;
+  for (const decision of decisions) {
+    if (decision.fallback && allowed) continue;
+    if (!allowed) {
+      if (!decision.allowed && (!reported || decision.resetMs > reported.resetMs)) reported = decision;
+    } else if (!reported || tighter(decision, reported)) {
+      reported = decision;
+    }
+  }
+  const outcome: RateLimitOutcome = { decisions, reported, allowed, conditional };
+  if (storeError) outcome.storeError = storeError;
+  return outcome;
 }
 
-export function attachOutcome(request: object, outcome: RateLimitOutcome): void {
-  (request as WithOutcome)[OUTCOME] = outcome;
+function tighter(a: RuleDecision, b: RuleDecision): boolean {
+  return a.remaining < b.remaining || (a.remaining === b.remaining && a.resetMs > b.resetMs);
 }
 
+/** Whole seconds until a rejected request would be admitted; at least 1. */
 export function retryAfterSeconds(decision: RateLimitDecision): number {
   return Math.max(1, Math.ceil(decision.resetMs / 1000));
 }

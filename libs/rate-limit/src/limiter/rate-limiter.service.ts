@@ -1,93 +1,68 @@
 import {
   type ExecutionContext,
-  HttpException,
   Inject,
-  InternalServerErrorException,
   Injectable,
   Logger,
   type OnApplicationBootstrap,
   type OnApplicationShutdown,
 } from '@nestjs/common';
-import { clientAddressIdentity } from './client-address.js';
 import { RateLimitConfigCentre } from '../config-centre/rate-limit-config-centre.js';
-import { RuleThresholds, type Thresholds } from '../config-centre/rule-thresholds.js';
 import { SampledLogger } from '../logging/sampled-logger.js';
-import type { ConditionalUnits, RateLimitOutcome, RuleDecision } from './rate-limit-outcome.js';
-import { InFlightWaits } from './in-flight-waits.js';
-import { ANONYMOUS_IDENTITY, rateLimitKeys } from '../store/key-layout.js';
-import { DEFAULT_LOG_MAX_TRACKED } from '../decorators/metadata-keys.js';
+import { StoreProblemLog } from '../logging/store-problem-log.js';
+import { REJECTION_LOG_MAX_KEYS } from '../module/defaults.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
-import type { RateLimitRule } from '../rules/rate-limit-rule.js';
-import { neverReachedRedis } from '../redis/unsent-error.js';
-import { LocalFallback } from '../resilience/local-fallback.js';
-import { RedisRateLimitStore } from '../redis/redis-rate-limit.store.js';
-import { MemoryRateLimitStore } from '../store/memory-rate-limit.store.js';
+import { ResilientStore, type ResilientConsumption, describeError } from '../resilience/resilient-store.js';
+import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 import {
-  type RateLimitConsumption,
-  type RateLimitHit,
-  RateLimitStore,
-  windowStartOf,
-} from '../store/rate-limit-store.js';
-import type { RateLimitStoreErrorPolicy } from '../resilience/store-error-policy.js';
-
-/** nginx's status for a client that closed the connection first; nobody receives it, logs show it. */
-const CLIENT_CLOSED = 499;
-
-/** Retry-After for requests refused because the store failed under `onStoreError: 'deny'`. */
-const STORE_ERROR_RETRY_MS = 1_000;
+  RateLimitConfigurationError,
+  type RateLimitOptions,
+  type RateLimitRule,
+  validateRule,
+} from '../rules/rate-limit-rule.js';
+import { InFlightWaits } from './in-flight-waits.js';
+import { HitPreparation, type PreparedRule } from './prepare-hits.js';
+import { type ConditionalUnits, type RateLimitOutcome, type RuleDecision, rateLimitOutcome } from './rate-limit-outcome.js';
 
 /** Requests that wait per key for `countOn` units in flight; more are refused at once, without a penalty. */
 const IN_FLIGHT_WAITERS_PER_KEY = 100;
 
-/** A rule made concrete for one request. */
-interface PreparedRule {
-  rule: RateLimitRule;
-  /** `null` when the resolver gave none: the rule's anonymous counter. */
-  identity: string | null;
-  thresholds: Thresholds;
-  hit: RateLimitHit;
-}
+/**
+ * A rule for `consume` and `reset`: the name of a rule declared with `@RateLimit`, or a rule's
+ * options with a `name` (its counters are those of any route's rule of that name).
+ */
+export type RateLimitRuleRef = string | (RateLimitOptions & { name: string });
 
 /**
- * Decides a request against all its rules: thresholds from the config centre, identities, costs
- * and keys first; then one store call that admits on every rule or on none. Store failures are
- * decided by `onStoreError`; rejections are logged by sampling.
+ * Decides requests against all their rules: thresholds from the config centre, identities, costs
+ * and keys first; then one store call that admits on every rule or on none. The guard calls `check`
+ * for HTTP; `consume` and `reset` do the same for queues, cron jobs and custom transports.
  */
 @Injectable()
 export class RateLimiterService implements OnApplicationBootstrap, OnApplicationShutdown {
   private readonly logger = new Logger('RateLimit');
-  private readonly thresholds: RuleThresholds;
+  private readonly hits: HitPreparation;
   private readonly rejections: SampledLogger | undefined;
-  private readonly storeErrors: SampledLogger;
-  private readonly warned = new Set<string>();
   private readonly inFlight = new InFlightWaits(IN_FLIGHT_WAITERS_PER_KEY);
-  /** For `onStoreError: 'local'`; only a shared store (Redis) can fail in a way it covers. */
-  private readonly fallback: LocalFallback | undefined;
+  /** Rules given to `consume`/`reset` as options, validated once per object. */
+  private readonly givenRules = new WeakMap<object, RateLimitRule>();
 
+  /** @internal Nest creates it; a subclass declares no constructor of its own. */
   constructor(
     @Inject(RESOLVED_RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
-    private readonly store: RateLimitStore,
+    private readonly store: ResilientStore,
+    private readonly problems: StoreProblemLog,
+    private readonly registry: RateLimitRuleRegistry,
     configCentre: RateLimitConfigCentre,
   ) {
-    this.thresholds = new RuleThresholds(configCentre);
-    if (!(store instanceof MemoryRateLimitStore)) {
-      this.fallback = new LocalFallback({ ...options.localFallback, maxKeys: options.memoryStoreMaxKeys });
-    }
+    this.hits = new HitPreparation(configCentre, options.keyPrefix, options.ipv6PrefixBits);
     const { logging } = options;
     if (logging) {
       this.rejections = new SampledLogger(this.logger, {
         ...logging,
-        maxKeys: DEFAULT_LOG_MAX_TRACKED,
+        maxKeys: REJECTION_LOG_MAX_KEYS,
         summary: 'Rejected requests of other keys',
       });
     }
-    this.storeErrors = new SampledLogger(this.logger, {
-      intervalMs: logging ? logging.intervalMs : 10_000,
-      maxLinesPerSecond: 1,
-      maxKeys: 100,
-      level: 'error',
-      summary: 'Rate-limit store failed',
-    });
   }
 
   onApplicationBootstrap(): void {
@@ -96,95 +71,56 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
 
   onApplicationShutdown(): void {
     this.rejections?.close();
-    this.storeErrors.close();
+    this.problems.close();
   }
 
   /**
-   * Decides one request against all its rules. Rejects (without counting anything) when an
+   * Decides one HTTP request against all its rules. Rejects (without counting anything) when an
    * identity or cost resolver throws, e.g. a `BadRequestException` for a missing API key.
    */
   async check(rules: readonly RateLimitRule[], context: ExecutionContext): Promise<RateLimitOutcome> {
-    const prepared = await Promise.all(rules.map((rule) => this.prepare(rule, context)));
-    const hits = prepared.map((p) => p.hit);
-    const waitUntil = performance.now() + this.options.inFlightWaitMs;
-    for (let attempt = 0; ; attempt += 1) {
-      const now = this.now();
-      let consumption: RateLimitConsumption;
-      try {
-        consumption = await this.store.consume(hits, now);
-      } catch (error) {
-        return this.onStoreError(prepared, error, now ?? Date.now());
-      }
-      const inFlight = keysInFlight(hits, consumption);
-      const left = waitUntil - performance.now();
-      // Backs off from 10 ms to 160 ms between asks, for admissions other instances settle unseen.
-      if (
-        inFlight &&
-        left > 0 &&
-        !clientGone(context) &&
-        (await this.inFlight.wait(inFlight, Math.min(left, 10 * 2 ** Math.min(attempt, 4))))
-      ) {
-        continue;
-      }
-      return this.decided(prepared, consumption, now);
-    }
+    const prepared = await Promise.all(rules.map((rule) => this.hits.forRequest(rule, context)));
+    return this.decide(prepared, () => clientGone(context));
   }
 
-  /** Turns the store's decisions into the request's outcome, after the lost-write check. */
-  private async decided(
-    prepared: readonly PreparedRule[],
-    consumption: RateLimitConsumption,
-    now: number | undefined,
+  /**
+   * Decides one unit of work outside HTTP, as the guard decides a request: every rule admits or
+   * none counts. `allowed` says whether to go on; `reported.resetMs` how long to wait otherwise.
+   * For rules with `countOn`, call `settle(outcome, succeeded)` once the work is done.
+   *
+   * @example
+   * ```ts
+   * const outcome = await limiter.consume('ReportsController.export', tenantId);
+   * if (!outcome.allowed) return job.moveToDelayed(Date.now() + outcome.reported!.resetMs);
+   * ```
+   */
+  async consume(
+    rules: RateLimitRuleRef | readonly RateLimitRuleRef[],
+    identity: string,
+    cost = 1,
   ): Promise<RateLimitOutcome> {
-    const hits = prepared.map((p) => p.hit);
-    if (consumption.replicated === false) {
-      this.storeErrors.record('wait', 'Fewer replicas than waitForReplicas asks confirmed the counts in time');
+    const resolved = this.rulesOf(rules, 'consume');
+    if (typeof identity !== 'string' || identity === '') {
+      throw new RateLimitConfigurationError(`RateLimiterService.consume: 'identity' must be a non-empty string`);
     }
-    if (this.fallback) {
-      const at = now ?? Date.now();
-      if (this.options.detectLostWrites && this.store instanceof RedisRateLimitStore) {
-        consumption = await this.guardAgainstLostWrites(prepared, consumption, at);
-      }
-      this.fallback.remember(hits, consumption, at);
-      if (this.fallback.hasPending) void this.recordFallbackUnits(now);
+    if (!Number.isSafeInteger(cost) || cost < 0) {
+      throw new RateLimitConfigurationError(`RateLimiterService.consume: 'cost' must be a whole number >= 0, got ${cost}`);
     }
-    const decisions = prepared.map(({ rule, identity }, i): RuleDecision => {
-      const decision = consumption.decisions[i];
-      if (decision.repaired) {
-        this.storeErrors.record(
-          `repaired:${rule.name}`,
-          `Mended a key of rule ${rule.name} found corrupt or without a TTL (${hits[i].key}, among others)`,
-        );
-      }
-      return {
-        ...decision,
-        rule,
-        identity: identity ?? ANONYMOUS_IDENTITY,
-        windowMs: prepared[i].thresholds.windowMs,
-        cost: prepared[i].hit.cost,
-        fallback: false,
-      };
-    });
-    if (!consumption.allowed && this.rejections) {
-      for (const [i, decision] of decisions.entries()) {
-        if (!decision.allowed) {
-          const { hit } = prepared[i];
-          this.rejections.record(
-            hit.key,
-            `Rejected by rule ${decision.rule.name} (${hit.limit} per ${hit.windowMs} ms, ${hit.algorithm}), key ${hit.key}`,
-          );
-        }
-      }
-    }
-    const conditional: ConditionalUnits[] = [];
-    if (consumption.receipts) {
-      prepared.forEach(({ rule, hit }, i) => {
-        if (rule.countOn !== 'all') {
-          conditional.push({ countOn: rule.countOn, refund: { hit, receipt: consumption.receipts![i] } });
-        }
-      });
-    }
-    return outcome(decisions, consumption.allowed, conditional);
+    return this.decide(
+      resolved.map((rule) => this.hits.forIdentity(rule, identity, cost)),
+      () => false,
+    );
+  }
+
+  /**
+   * Forgets an identity's counts, penalty and admissions in flight under the given rules: its next
+   * request starts afresh, on every instance. (An in-process store keeps what it evicted under a
+   * flood of identities until that would have ended; see `MemoryRateLimitStore`.)
+   */
+  async reset(rules: RateLimitRuleRef | readonly RateLimitRuleRef[], identity: string): Promise<void> {
+    const keys = this.rulesOf(rules, 'reset').map((rule) => this.hits.keyOf(rule, identity));
+    await this.store.reset(keys);
+    this.inFlight.settled(keys);
   }
 
   /**
@@ -202,229 +138,89 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       await this.store.settle(settlements);
     } catch (error) {
       const reason = describeError(error);
-      this.storeErrors.record(`refund:${reason}`, `Settling countOn units failed (${reason}); they stay counted`);
+      this.problems.report(`refund:${reason}`, `Settling countOn units failed (${reason}); they stay counted`);
     } finally {
       this.inFlight.settled(settlements.map(({ hit }) => hit.key));
     }
   }
 
   /**
-   * Redis reported clearly less for a fixed window than this instance saw in it: writes were lost
-   * (a failover to a replica that lacked them). Decides on the higher figure, raises the counter in
-   * Redis to it, and if the higher figure refuses the request, takes back what Redis admitted.
-   * Differences within `max(2, 5% of the limit)` are let be: other instances' refunds (Cluster
-   * slot groups) lower a count by a few units. Rules with `countOn` are not checked, since their
-   * refunds lower counts by design.
+   * One store call for all rules; asked again while the only refusals are `countOn` units in
+   * flight (they may yet be refunded), up to `countOn.inFlightWaitMs`.
    */
-  private async guardAgainstLostWrites(
-    prepared: readonly PreparedRule[],
-    consumption: RateLimitConsumption,
-    at: number,
-  ): Promise<RateLimitConsumption> {
-    const store = this.store as RedisRateLimitStore;
-    const raises: { hit: RateLimitHit; windowStart: number; figure: number }[] = [];
-    let refused = false;
-    const decisions = consumption.decisions.map((decision, i) => {
-      const { hit, rule } = prepared[i];
-      if (rule.countOn !== 'all' || consumption.decidedAt?.[i] === undefined) return decision;
-      const lost = this.fallback!.lostUnits(hit, consumption, i, at);
-      if (lost < Math.max(2, Math.ceil(hit.limit * 0.05))) return decision;
-      const seen = this.fallback!.seenUnits(hit);
-      const figure = seen + (consumption.allowed ? hit.cost : 0);
-      this.storeErrors.record(
-        `lost:${hit.key}`,
-        `Redis lost writes of ${hit.key} (a failover?); counting on the higher figure`,
-      );
-      const allowed = decision.allowed && figure <= hit.limit;
-      if (consumption.allowed && !allowed) refused = true;
-      // The window the decision was made in (lost units are only ever counted for fixed windows).
-      raises.push({ hit, windowStart: windowStartOf(hit, consumption, i)!, figure });
-      return { ...decision, allowed, remaining: Math.max(0, hit.limit - figure) };
-    });
-    if (raises.length === 0) return consumption;
-    if (refused) {
-      // This request is taken back: the figures to keep leave it out.
-      for (const raise of raises) raise.figure -= raise.hit.cost;
-    }
-    try {
-      if (refused) {
-        const receipts = consumption.receipts!;
-        await store.refund(prepared.map(({ hit }, i) => ({ hit, receipt: receipts[i] })));
+  private async decide(prepared: readonly PreparedRule[], gone: () => boolean): Promise<RateLimitOutcome> {
+    const hits = prepared.map((p) => p.hit);
+    const policies = prepared.map((p) => p.rule.onStoreError);
+    const waitUntil = performance.now() + this.options.countOn.inFlightWaitMs;
+    for (let attempt = 0; ; attempt += 1) {
+      const consumption = await this.store.consume(hits, policies, this.now());
+      const inFlight = consumption.storeError ? undefined : keysInFlight(prepared, consumption);
+      const left = waitUntil - performance.now();
+      // Backs off from 10 ms to 160 ms between asks, for admissions other instances settle unseen.
+      if (
+        inFlight &&
+        left > 0 &&
+        !gone() &&
+        (await this.inFlight.wait(inFlight, Math.min(left, 10 * 2 ** Math.min(attempt, 4))))
+      ) {
+        continue;
       }
-      for (const { hit, windowStart, figure } of raises) await store.raiseFixedWindow(hit, windowStart, figure);
-    } catch {
-      // Best effort: the decision below stands either way.
+      return this.outcome(prepared, consumption);
     }
-    if (refused) {
-      // Remember what Redis now holds, without the refused request.
-      return {
-        allowed: false,
-        decisions: decisions.map((decision, i) => {
-          const raise = raises.find((r) => r.hit === prepared[i].hit);
-          return raise ? { ...decision, remaining: Math.max(0, raise.hit.limit - raise.figure) } : decision;
-        }),
-        receipts: undefined,
-      };
-    }
-    return { ...consumption, decisions };
   }
 
-  /**
-   * Redis answers again: records in it what the fallback admitted meanwhile (for windows not over
-   * yet), so those requests count against the limit there too. Never throws.
-   */
-  private async recordFallbackUnits(now: number | undefined): Promise<void> {
-    const hits = this.fallback!.takePending(now ?? Date.now());
-    try {
-      for (let i = 0; i < hits.length; i += 100) await this.store.record(hits.slice(i, i + 100), now);
-    } catch (error) {
-      const reason = describeError(error);
-      this.storeErrors.record(`record:${reason}`, `Recording requests the fallback admitted failed (${reason})`);
+  private outcome(prepared: readonly PreparedRule[], consumption: ResilientConsumption): RateLimitOutcome {
+    const fallback = consumption.storeError !== undefined;
+    const decisions = prepared.map(
+      ({ rule, identity, thresholds, hit }, i): RuleDecision => ({
+        ...consumption.decisions[i],
+        rule,
+        identity,
+        windowMs: thresholds.windowMs,
+        cost: hit.cost,
+        fallback,
+      }),
+    );
+    if (!consumption.allowed && !fallback && this.rejections) {
+      for (const [i, decision] of decisions.entries()) {
+        if (!decision.allowed) {
+          const { hit } = prepared[i];
+          this.rejections.record(
+            hit.key,
+            `Rejected by rule ${decision.rule.name} (${hit.limit} per ${hit.windowMs} ms, ${hit.algorithm}), key ${hit.key}`,
+          );
+        }
+      }
     }
+    const conditional: ConditionalUnits[] = [];
+    const { receipts } = consumption;
+    if (receipts) {
+      prepared.forEach(({ rule, hit }, i) => {
+        if (rule.countOn !== 'all') conditional.push({ countOn: rule.countOn, refund: { hit, receipt: receipts[i] } });
+      });
+    }
+    return rateLimitOutcome(decisions, consumption.allowed, conditional, consumption.storeError);
+  }
+
+  private rulesOf(rules: RateLimitRuleRef | readonly RateLimitRuleRef[], method: string): RateLimitRule[] {
+    const list = Array.isArray(rules) ? (rules as readonly RateLimitRuleRef[]) : [rules as RateLimitRuleRef];
+    if (list.length === 0) throw new RateLimitConfigurationError(`RateLimiterService.${method}: no rule given`);
+    return list.map((ref) => {
+      if (typeof ref === 'string') return this.registry.named(ref);
+      let rule = this.givenRules.get(ref);
+      if (!rule) {
+        const subject = `RateLimiterService.${method}: rule ${JSON.stringify(ref?.name)}`;
+        rule = validateRule(ref, `RateLimiterService.${method}`, undefined, subject);
+        this.givenRules.set(ref, rule);
+      }
+      return rule;
+    });
   }
 
   /** The module's clock in whole ms, or undefined for the store's own. */
   private now(): number | undefined {
     const { clock } = this.options;
     return clock ? Math.floor(clock()) : undefined;
-  }
-
-  private async prepare(rule: RateLimitRule, context: ExecutionContext): Promise<PreparedRule> {
-    const thresholds = this.thresholds.resolve(rule);
-    const [identity, cost] = await Promise.all([this.identify(rule, context), this.costOf(rule, context)]);
-    const { key, blockKey, markerKey, pendingKey } = rateLimitKeys(
-      this.options.keyPrefix,
-      rule.name,
-      identity,
-      rule.algorithm,
-    );
-    const { lostWriteMarker } = this.options;
-    return {
-      rule,
-      identity,
-      thresholds,
-      hit: {
-        key,
-        blockKey,
-        markerKey,
-        pendingKey,
-        conditional: rule.countOn !== 'all',
-        markFrom:
-          lostWriteMarker && rule.algorithm === 'fixed-window'
-            ? Math.max(1, Math.ceil(thresholds.count * lostWriteMarker))
-            : 0,
-        algorithm: rule.algorithm,
-        limit: thresholds.count,
-        windowMs: thresholds.windowMs,
-        cost,
-        burst: rule.burst ?? thresholds.count,
-        blockMs: rule.blockMs,
-      },
-    };
-  }
-
-  private async identify(rule: RateLimitRule, context: ExecutionContext): Promise<string | null> {
-    const { by } = rule;
-    if (by === 'global') return 'global';
-    if (by === 'ip') {
-      const request = context
-        .switchToHttp()
-        .getRequest<{ ip?: string; socket?: { remoteAddress?: string; destroyed?: boolean } }>();
-      const address = request.ip ?? request.socket?.remoteAddress;
-      if (!address) throw this.noClientAddress(rule, request.socket?.destroyed ?? true);
-      return clientAddressIdentity(address, this.options.ipv6PrefixBits);
-    }
-    const identity: unknown = await by(context);
-    if (typeof identity === 'string' && identity !== '') return identity;
-    if (typeof identity === 'number' && Number.isFinite(identity)) return String(identity);
-    this.warnOnce(
-      `identity:${rule.declaredOn}:${rule.name}`,
-      `@RateLimit on ${rule.declaredOn}: 'by' returned ${identity === '' ? 'an empty string' : describeValue(identity)}; ` +
-        `such requests share one '${ANONYMOUS_IDENTITY}' counter of rule ${rule.name}. Throw an HttpException from 'by' to refuse them instead`,
-    );
-    return null;
-  }
-
-  private async costOf(rule: RateLimitRule, context: ExecutionContext): Promise<number> {
-    const { cost } = rule;
-    if (typeof cost === 'number') return cost;
-    const value: unknown = await cost(context);
-    if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
-    this.warnOnce(
-      `cost:${rule.declaredOn}:${rule.name}`,
-      `@RateLimit on ${rule.declaredOn}: 'cost' returned ${describeValue(value)}, not a whole number >= 0; counting 1`,
-    );
-    return 1;
-  }
-
-  /**
-   * Never a shared 'unknown' counter that one client could exhaust for all, and never an unknown
-   * error, which Nest logs with its stack for every request: a client resetting its connections
-   * must not write a line each. A closed connection (the client went away before the decision) is
-   * refused quietly, uncounted, and its handler never runs. An open one without an address is a
-   * server listening where sockets have none (a Unix socket without `trust proxy`): said once.
-   */
-  private noClientAddress(rule: RateLimitRule, closed: boolean): HttpException {
-    if (closed) return new HttpException('The connection closed before the request was decided', CLIENT_CLOSED);
-    this.warnOnce(
-      `address:${rule.declaredOn}:${rule.name}`,
-      `@RateLimit on ${rule.declaredOn}: requests have no client address (a Unix socket? set 'trust proxy' so req.ip names the client); they are refused with 500`,
-    );
-    return new InternalServerErrorException('The client address is unknown');
-  }
-
-  /** A misconfiguration is reported once, not per request; the set is bounded by the rules. */
-  private warnOnce(id: string, message: string): void {
-    if (this.warned.has(id) || this.warned.size >= 1_000) return;
-    this.warned.add(id);
-    this.logger.warn(message);
-  }
-
-  /**
-   * Decides a request the store could not: each rule by its `onStoreError` (or the module's).
-   * A `'deny'` rule refuses; otherwise `'local'` rules are decided together by this instance and
-   * `'allow'` rules admit.
-   */
-  private async onStoreError(
-    prepared: readonly PreparedRule[],
-    error: unknown,
-    now: number,
-  ): Promise<RateLimitOutcome> {
-    const policies = prepared.map(({ rule }) => rule.onStoreError ?? this.options.onStoreError);
-    const reason = describeError(error);
-    const summary = [...new Set(policies)].join('/');
-    this.storeErrors.record(
-      reason,
-      `Rate-limit store failed (${reason}); requests decided by onStoreError '${summary}'`,
-    );
-
-    const denied = policies.includes('deny');
-    const localIndices = denied ? [] : policies.flatMap((policy, i) => (policy === 'local' ? [i] : []));
-    const local =
-      localIndices.length > 0 && this.fallback
-        ? await this.fallback.consume(
-            localIndices.map((i) => prepared[i].hit),
-            now,
-            neverReachedRedis(error),
-          )
-        : undefined;
-    const allowed = !denied && (local?.allowed ?? true);
-    const decisions = prepared.map(({ rule, identity, thresholds }, i): RuleDecision => {
-      const base = {
-        rule,
-        identity: identity ?? ANONYMOUS_IDENTITY,
-        windowMs: thresholds.windowMs,
-        cost: prepared[i].hit.cost,
-        fallback: true,
-        limit: thresholds.count,
-      };
-      const localAt = localIndices.indexOf(i);
-      if (local && localAt >= 0) return { ...local.decisions[localAt], ...base };
-      return policies[i] === 'deny' || (policies[i] === 'local' && !allowed)
-        ? { ...base, allowed: policies[i] !== 'deny' && allowed, remaining: 0, resetMs: STORE_ERROR_RETRY_MS }
-        : { ...base, allowed: true, remaining: thresholds.count, resetMs: thresholds.windowMs };
-    });
-    return { ...outcome(decisions, allowed, []), storeError: policyOf(policies) };
   }
 }
 
@@ -441,52 +237,13 @@ function clientGone(context: ExecutionContext): boolean {
  * The keys to wait on when every rule that rejected did so only because of `countOn` units still in
  * flight; undefined when the request is admitted or some rejection is final.
  */
-function keysInFlight(hits: readonly RateLimitHit[], consumption: RateLimitConsumption): string[] | undefined {
+function keysInFlight(prepared: readonly PreparedRule[], consumption: ResilientConsumption): string[] | undefined {
   if (consumption.allowed) return undefined;
   const keys: string[] = [];
   for (const [i, decision] of consumption.decisions.entries()) {
     if (decision.allowed) continue;
     if (!decision.provisional) return undefined;
-    keys.push(hits[i].key);
+    keys.push(prepared[i].hit.key);
   }
   return keys;
-}
-
-/** The policy that decided a request the store could not: 'deny' if any rule denies. */
-function policyOf(policies: readonly RateLimitStoreErrorPolicy[]): RateLimitStoreErrorPolicy {
-  if (policies.includes('deny')) return 'deny';
-  return policies.includes('local') ? 'local' : 'allow';
-}
-
-/** Picks the decision the headers report: the rejecting rule with the longest wait, else the tightest rule. */
-function outcome(
-  decisions: readonly RuleDecision[],
-  allowed: boolean,
-  conditional: readonly ConditionalUnits[],
-): RateLimitOutcome {
-  let reported: RuleDecision | undefined;
-  for (const decision of decisions) {
-    if (decision.fallback && allowed) continue;
-    if (!allowed) {
-      if (!decision.allowed && (!reported || decision.resetMs > reported.resetMs)) reported = decision;
-    } else if (!reported || tighter(decision, reported)) {
-      reported = decision;
-    }
-  }
-  return { decisions, reported, allowed, conditional };
-}
-
-function tighter(a: RuleDecision, b: RuleDecision): boolean {
-  return a.remaining < b.remaining || (a.remaining === b.remaining && a.resetMs > b.resetMs);
-}
-
-function describeValue(value: unknown): string {
-  if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value);
-  if (value === null || value === undefined || typeof value !== 'object') return String(value);
-  return Array.isArray(value) ? 'an array' : 'an object';
-}
-
-/** An error for a log line: its class (cockatiel's errors all have the name 'Error') and message. */
-function describeError(error: unknown): string {
-  return error instanceof Error ? `${error.constructor.name}: ${error.message}` : String(error);
 }

@@ -11,18 +11,16 @@ import {
   RATE_LIMIT_OPTIONS_TYPE,
   RateLimitConfigurableModule,
 } from './module-definition.js';
-import {
-  RESOLVED_RATE_LIMIT_OPTIONS,
-  type RateLimitModuleOptions,
-  type ResolvedRateLimitOptions,
-  resolveModuleOptions,
-} from './options.js';
+import { RESOLVED_RATE_LIMIT_OPTIONS, type RateLimitModuleOptions, type ResolvedRateLimitOptions } from './options.js';
 import { RateLimiterService } from '../limiter/rate-limiter.service.js';
+import { StoreProblemLog } from '../logging/store-problem-log.js';
+import { RedisRateLimitStore } from '../redis/redis-rate-limit.store.js';
 import { RedisService } from '../redis/redis.service.js';
+import { ResilientStore } from '../resilience/resilient-store.js';
 import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 import { MemoryRateLimitStore } from '../store/memory-rate-limit.store.js';
-import { RedisRateLimitStore } from '../redis/redis-rate-limit.store.js';
 import { RateLimitStore } from '../store/rate-limit-store.js';
+import { resolveModuleOptions } from './resolve-options.js';
 
 const resolvedOptionsProvider: Provider = {
   provide: RESOLVED_RATE_LIMIT_OPTIONS,
@@ -30,21 +28,41 @@ const resolvedOptionsProvider: Provider = {
   useFactory: resolveModuleOptions,
 };
 
+const problemLogProvider: Provider = {
+  provide: StoreProblemLog,
+  inject: [RESOLVED_RATE_LIMIT_OPTIONS],
+  useFactory: ({ logging }: ResolvedRateLimitOptions) => new StoreProblemLog(logging ? logging.intervalMs : undefined),
+};
+
+/** The store itself: yours, Redis (with its failover defences) or the in-process one. */
 const storeProvider: Provider = {
   provide: RateLimitStore,
-  inject: [RATE_LIMIT_OPTIONS, RESOLVED_RATE_LIMIT_OPTIONS, RedisService, ModuleRef],
+  inject: [RATE_LIMIT_OPTIONS, RESOLVED_RATE_LIMIT_OPTIONS, RedisService, StoreProblemLog, ModuleRef],
   useFactory: async (
     { store }: RateLimitModuleOptions,
     options: ResolvedRateLimitOptions,
     redis: RedisService,
+    problems: StoreProblemLog,
     moduleRef: ModuleRef,
   ): Promise<RateLimitStore> => {
     if (store instanceof RateLimitStore) return store;
     if (typeof store === 'function') return moduleRef.create(store);
+    const { maxKeys } = options.memoryStore;
     return redis.isConfigured
-      ? new RedisRateLimitStore(redis, options.waitForReplicas)
-      : new MemoryRateLimitStore(options.memoryStoreMaxKeys);
+      ? new RedisRateLimitStore(redis, problems, { ...options.failover, maxKeys })
+      : new MemoryRateLimitStore(maxKeys);
   },
+};
+
+/** The store as the limiter uses it: `storeErrors` policies and the local fallback around it. */
+const resilientStoreProvider: Provider = {
+  provide: ResilientStore,
+  inject: [RateLimitStore, StoreProblemLog, RESOLVED_RATE_LIMIT_OPTIONS],
+  useFactory: (store: RateLimitStore, problems: StoreProblemLog, { storeErrors, memoryStore }: ResolvedRateLimitOptions) =>
+    new ResilientStore(store, problems, {
+      policy: storeErrors.policy,
+      localFallback: { ...storeErrors.localFallback, maxKeys: memoryStore.maxKeys },
+    }),
 };
 
 const configCentreProvider: Provider = {
@@ -74,7 +92,9 @@ const configCentreProvider: Provider = {
   providers: [
     resolvedOptionsProvider,
     RedisService,
+    problemLogProvider,
     storeProvider,
+    resilientStoreProvider,
     configCentreProvider,
     RateLimitRuleRegistry,
     RateLimiterService,

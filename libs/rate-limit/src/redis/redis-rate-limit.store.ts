@@ -1,9 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { Cluster } from 'ioredis';
 import calculateSlot from 'cluster-key-slot';
-import { CONSUME_SCRIPT, RAISE_FIXED_WINDOW_SCRIPT, REFUND_SCRIPT } from './scripts/consume.script.js';
-import type { RedisService } from './redis.service.js';
-import { UnsentCallsError, neverReachedRedis } from './unsent-error.js';
+import type { StoreProblemLog } from '../logging/store-problem-log.js';
 import {
   type RateLimitConsumption,
   type RateLimitDecision,
@@ -12,9 +10,35 @@ import {
   type RateLimitSettlement,
   RateLimitStore,
 } from '../store/rate-limit-store.js';
+import { LostWriteGuard } from './failover/lost-write-guard.js';
+import { ReplicaWait, type ReplicaWaitOptions } from './failover/replica-wait.js';
+import type { RedisService } from './redis.service.js';
+import {
+  CONSUME_SCRIPT,
+  RAISE_FIXED_WINDOW_SCRIPT,
+  REFUND_SCRIPT,
+  RESET_SCRIPT,
+  decodeConsume,
+  encodeConsume,
+  encodeRefund,
+  encodeReset,
+} from './scripts/consume.script.js';
+import { UnsentCallsError, neverReachedRedis } from './unsent-error.js';
 
 /** Unique per process; with a per-call sequence it makes every request's nonce unique. */
 const PROCESS_NONCE = randomBytes(6).toString('base64url');
+
+/** The failover defences of a Redis store (see `redis/failover/`). */
+export interface RedisFailoverDefences {
+  /** Lost-write detection: fixed windows an instance saw higher than Redis reports. Default true. */
+  detectLostWrites: boolean;
+  /** The lost-write marker's share of the limit, or false for none. Default 0.8. */
+  marker: number | false;
+  /** Redis `WAIT` after each admission, or false. Default false. */
+  waitForReplicas: ReplicaWaitOptions | false;
+  /** Fixed windows the lost-write check remembers at most. */
+  maxKeys: number;
+}
 
 interface GroupResult {
   indices: readonly number[];
@@ -27,25 +51,33 @@ interface GroupResult {
  * Counters in Redis, shared by every instance. All rules of a request go in one Lua call. On
  * Cluster, a call's keys must share a hash slot: hits are grouped by slot (keys of one identity
  * always share one), one call per group, and when one group rejects, the groups that admitted are
- * refunded, so a rejected request still moves no counter.
+ * refunded, so a rejected request still moves no counter. The failover defences run here, the
+ * only place that sees Redis's own time of each decision.
  */
 export class RedisRateLimitStore extends RateLimitStore {
   readonly description: string;
   private sequence = 0;
+  private readonly markerShare: number | false;
+  private readonly lostWrites: LostWriteGuard | undefined;
+  private readonly replicaWait: ReplicaWait | undefined;
 
   constructor(
     private readonly redis: RedisService,
-    private readonly waitForReplicas: { replicas: number; timeoutMs: number } | false = false,
+    private readonly problems: StoreProblemLog,
+    defences: RedisFailoverDefences,
   ) {
     super();
-    redis.register(CONSUME_SCRIPT);
-    redis.register(REFUND_SCRIPT);
-    redis.register(RAISE_FIXED_WINDOW_SCRIPT);
+    for (const script of [CONSUME_SCRIPT, REFUND_SCRIPT, RAISE_FIXED_WINDOW_SCRIPT, RESET_SCRIPT]) {
+      redis.register(script);
+    }
+    this.markerShare = defences.marker;
+    if (defences.detectLostWrites) this.lostWrites = new LostWriteGuard(defences.maxKeys, problems);
+    if (defences.waitForReplicas) this.replicaWait = new ReplicaWait(redis, defences.waitForReplicas, problems);
     this.description = `Redis store (${redis.describe()}; shared across instances)`;
   }
 
   async consume(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitConsumption> {
-    const nonce = `${PROCESS_NONCE}${(this.sequence++).toString(36)}`;
+    const nonce = this.nextNonce();
     // Whole milliseconds: the scripts' replies and sorted-set members carry no fractions.
     const at = now === undefined ? undefined : Math.floor(now);
     const groups = this.groupBySlot(hits);
@@ -84,12 +116,53 @@ export class RedisRateLimitStore extends RateLimitStore {
         nonce,
       );
     }
-    let replicated: boolean | undefined;
-    if (allowed && this.waitForReplicas) {
-      const { replicas, timeoutMs } = this.waitForReplicas;
-      replicated = (await this.redis.waitForReplicas(replicas, timeoutMs).catch(() => 0)) >= replicas;
+    let consumption: RateLimitConsumption = { allowed, decisions, receipts: allowed ? receipts : undefined };
+    if (this.lostWrites) consumption = await this.lostWrites.check(hits, consumption, decidedAt, this);
+    if (consumption.allowed && this.replicaWait) await this.replicaWait.afterAdmission();
+    return consumption;
+  }
+
+  async record(hits: readonly RateLimitHit[], now?: number): Promise<void> {
+    const nonce = this.nextNonce();
+    const at = now === undefined ? undefined : Math.floor(now);
+    await Promise.all(this.groupBySlot(hits).map((indices) => this.consumeGroup(hits, indices, at, nonce, true)));
+  }
+
+  async settle(settlements: readonly RateLimitSettlement[]): Promise<void> {
+    // One call per slot and admission (a request's hits share one nonce; slots may differ in time).
+    const byCall = new Map<string, RateLimitSettlement[]>();
+    for (const settlement of settlements) {
+      const { hit, receipt } = settlement;
+      const id = `${this.slotOf(hit.key)}|${receipt.admittedAt}|${receipt.nonce}`;
+      const group = byCall.get(id);
+      if (group) group.push(settlement);
+      else byCall.set(id, [settlement]);
     }
-    return { allowed, decisions, receipts: allowed ? receipts : undefined, decidedAt, replicated };
+    await Promise.all(
+      [...byCall.values()].map((group) => {
+        const { admittedAt, nonce } = group[0].receipt;
+        const { keys, args } = encodeRefund(admittedAt, nonce, group);
+        return this.redis.run(REFUND_SCRIPT, keys, args);
+      }),
+    );
+  }
+
+  async reset(keys: readonly string[]): Promise<void> {
+    this.lostWrites?.forget(keys);
+    const bySlot = new Map<number, string[]>();
+    for (const key of keys) {
+      const slot = this.slotOf(key);
+      bySlot.set(slot, [...(bySlot.get(slot) ?? []), key]);
+    }
+    await Promise.all([...bySlot.values()].map((group) => this.redis.run(RESET_SCRIPT, encodeReset(group), [])));
+  }
+
+  /**
+   * Raises the count of the fixed window that started at `windowStart` (store time) to at least
+   * `figure`, if that window is still the key's (lost-write repair).
+   */
+  async raiseFixedWindow(hit: RateLimitHit, windowStart: number, figure: number): Promise<void> {
+    await this.redis.run(RAISE_FIXED_WINDOW_SCRIPT, [hit.key], [windowStart, figure]);
   }
 
   /**
@@ -111,44 +184,6 @@ export class RedisRateLimitStore extends RateLimitStore {
     );
   }
 
-  async record(hits: readonly RateLimitHit[], now?: number): Promise<void> {
-    const nonce = `${PROCESS_NONCE}${(this.sequence++).toString(36)}`;
-    const at = now === undefined ? undefined : Math.floor(now);
-    await Promise.all(this.groupBySlot(hits).map((indices) => this.consumeGroup(hits, indices, at, nonce, true)));
-  }
-
-  /**
-   * Raises the count of the fixed window that started at `windowStart` (store time) to at least
-   * `figure`, if that window is still the key's (lost-write repair).
-   */
-  async raiseFixedWindow(hit: RateLimitHit, windowStart: number, figure: number): Promise<void> {
-    await this.redis.run(RAISE_FIXED_WINDOW_SCRIPT, [hit.key], [windowStart, figure]);
-  }
-
-  async settle(settlements: readonly RateLimitSettlement[]): Promise<void> {
-    // One call per slot and admission (a request's hits share one nonce; slots may differ in time).
-    const byCall = new Map<string, RateLimitSettlement[]>();
-    for (const settlement of settlements) {
-      const { hit, receipt } = settlement;
-      const id = `${this.slotOf(hit.key)}|${receipt.admittedAt}|${receipt.nonce}`;
-      const group = byCall.get(id);
-      if (group) group.push(settlement);
-      else byCall.set(id, [settlement]);
-    }
-    await Promise.all(
-      [...byCall.values()].map((group) => {
-        const { admittedAt, nonce } = group[0].receipt;
-        const keys: string[] = [];
-        const args: (string | number)[] = [admittedAt, nonce, group.length];
-        for (const { hit, refund } of group) {
-          keys.push(hit.key, hit.pendingKey);
-          args.push(hit.algorithm, hit.limit, hit.windowMs, hit.cost, hit.burst, refund ? 1 : 0);
-        }
-        return this.redis.run(REFUND_SCRIPT, keys, args);
-      }),
-    );
-  }
-
   private async consumeGroup(
     hits: readonly RateLimitHit[],
     indices: readonly number[],
@@ -156,42 +191,35 @@ export class RedisRateLimitStore extends RateLimitStore {
     nonce: string,
     record = false,
   ): Promise<GroupResult> {
-    const keys: string[] = [];
-    const args: (string | number)[] = [now ?? -1, nonce, indices.length];
-    for (const i of indices) {
-      const hit = hits[i];
-      keys.push(hit.key, hit.blockKey, hit.markerKey, hit.pendingKey);
-      args.push(
-        hit.algorithm,
-        hit.limit,
-        hit.windowMs,
-        hit.cost,
-        hit.burst,
-        hit.blockMs,
-        record ? 1 : 0,
-        hit.markFrom,
-        hit.conditional && !record ? 1 : 0,
-      );
-    }
-    const reply = (await this.redis.run(CONSUME_SCRIPT, keys, args)) as number[];
+    const group = indices.map((i) => hits[i]);
+    const { keys, args } = encodeConsume({ now, nonce, hits: group, record, markerShare: this.markerShare });
+    const reply = decodeConsume(await this.redis.run(CONSUME_SCRIPT, keys, args), group.length);
     return {
       indices,
-      allowed: reply[0] === 1,
-      admittedAt: reply[1],
-      decisions: indices.map((hitIndex, i) => {
-        const at = 2 + i * 4;
+      allowed: reply.allowed,
+      admittedAt: reply.now,
+      decisions: reply.rules.map((rule, i) => {
+        if (rule.repaired) {
+          this.problems.report(
+            `repaired:${group[i].key.replace(/\{[^}]*\}/, '{}')}`,
+            `Mended a key found corrupt or without a TTL (${group[i].key}, among others)`,
+          );
+        }
         const decision: RateLimitDecision = {
-          allowed: reply[at] === 1,
-          limit: hits[hitIndex].limit,
-          remaining: reply[at + 1],
-          resetMs: reply[at + 2],
+          allowed: rule.allowed,
+          limit: group[i].limit,
+          remaining: rule.remaining,
+          resetMs: rule.resetMs,
         };
         // Set only when true, so decisions compare equal to the memory store's.
-        if (reply[at + 3] & 1) decision.provisional = true;
-        if (reply[at + 3] & 2) decision.repaired = true;
+        if (rule.provisional) decision.provisional = true;
         return decision;
       }),
     };
+  }
+
+  private nextNonce(): string {
+    return `${PROCESS_NONCE}${(this.sequence++).toString(36)}`;
   }
 
   /** Indices of hits grouped by hash slot; everything in one group on a standalone server. */

@@ -9,9 +9,9 @@ import {
 import { type KeyAuditReport, auditRateLimitKeys } from '../audit/key-audit.js';
 import { type CircuitBreakerState, RedisCircuitBreaker } from './redis-circuit-breaker.js';
 import type { RedisScript } from './redis-script.js';
-import { DEFAULT_LOG_INTERVAL_MS } from '../decorators/metadata-keys.js';
+import { RATE_LIMIT_DEFAULTS } from '../module/defaults.js';
 
-/** Raised when Redis does not answer a call within `redisTimeoutMs`. */
+/** Raised when Redis does not answer a call within `storeErrors.timeoutMs`. */
 export class RedisTimeoutError extends Error {
   override readonly name = 'RedisTimeoutError';
 }
@@ -65,11 +65,12 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     @Inject(RATE_LIMIT_OPTIONS) options: RateLimitModuleOptions,
     @Inject(RESOLVED_RATE_LIMIT_OPTIONS) resolved: ResolvedRateLimitOptions,
   ) {
-    this.timeoutMs = resolved.redisTimeoutMs;
+    this.timeoutMs = resolved.storeErrors.timeoutMs;
     this.keyPrefix = resolved.keyPrefix;
-    if (resolved.circuitBreaker) {
-      const logIntervalMs = resolved.logging ? resolved.logging.intervalMs : DEFAULT_LOG_INTERVAL_MS;
-      this.breaker = new RedisCircuitBreaker(resolved.circuitBreaker, this.logger, logIntervalMs);
+    const { circuitBreaker } = resolved.storeErrors;
+    if (circuitBreaker) {
+      const logIntervalMs = resolved.logging ? resolved.logging.intervalMs : RATE_LIMIT_DEFAULTS.logging.intervalMs;
+      this.breaker = new RedisCircuitBreaker(circuitBreaker, this.logger, logIntervalMs);
     }
     const given = options.redis;
     if (given === undefined) {

@@ -1,6 +1,6 @@
 import { LRUCache } from 'lru-cache';
 import { MemoryRateLimitStore } from '../store/memory-rate-limit.store.js';
-import { type RateLimitConsumption, type RateLimitHit, remainingAfter, windowStartOf } from '../store/rate-limit-store.js';
+import { type RateLimitConsumption, type RateLimitHit, remainingAfter } from '../store/rate-limit-store.js';
 
 export interface LocalFallbackOptions {
   /** The estimate of what other instances admitted is multiplied by this. Default 1.2. */
@@ -27,13 +27,8 @@ interface LastSeen {
   /** The rule's limit then: a changed limit changes the reported count, not a loss. */
   limit: number;
   seenAt: number;
+  /** On this instance's clock, read after the reply: a stalled event loop delays it by the stall. */
   resetAt: number;
-  /**
-   * A fixed window's start on the store's clock, when the store tells when it decided: names the
-   * window exactly, however late this instance read the reply. `resetAt` is on this instance's
-   * clock, read after the reply, and a stalled event loop delays it by the stall.
-   */
-  windowStart: number | undefined;
 }
 
 /**
@@ -72,40 +67,28 @@ export class LocalFallback {
   remember(hits: readonly RateLimitHit[], consumption: RateLimitConsumption, now: number): void {
     hits.forEach((hit, i) => {
       const resetAt = now + consumption.decisions[i].resetMs;
-      const windowStart = windowStartOf(hit, consumption, i);
       const used = committedUnits(hit, consumption, i);
       const seen = this.lastSeen.get(hit.key);
-      // A fixed window's count never falls: keep the highest figure seen in the same window.
-      const same = seen && hit.algorithm === 'fixed-window' && sameWindow(seen, resetAt, windowStart);
+      // A fixed window's count never falls: keep the highest figure seen in the same window. (A
+      // window taken for another after a stall only makes the latest figure count.)
+      const same =
+        seen && hit.algorithm === 'fixed-window' && Math.abs(resetAt - seen.resetAt) <= WINDOW_MATCH_MS;
       this.lastSeen.set(hit.key, {
         used: same && seen.limit === hit.limit ? Math.max(used, seen.used) : used,
         limit: hit.limit,
         seenAt: now,
         resetAt,
-        windowStart,
       });
     });
   }
 
-  /**
-   * How many units of a fixed window Redis lost: how far its count (after this request) is below
-   * what this instance saw in the same window plus this request. Writes lost in a failover look like
-   * this: the promoted replica's counter is lower, and nothing errors. 0 for other algorithms, whose
-   * counts fall within a window by design.
-   */
-  lostUnits(hit: RateLimitHit, consumption: RateLimitConsumption, index: number, now: number): number {
-    if (hit.algorithm !== 'fixed-window') return 0;
-    const seen = this.lastSeen.get(hit.key);
-    const resetAt = now + consumption.decisions[index].resetMs;
-    if (!seen || seen.limit !== hit.limit) return 0;
-    if (seen.resetAt <= now || !sameWindow(seen, resetAt, windowStartOf(hit, consumption, index))) return 0;
-    const expected = seen.used + (consumption.allowed ? hit.cost : 0);
-    return Math.max(0, expected - committedUnits(hit, consumption, index));
-  }
-
-  /** The highest count this instance saw in the key's current window. */
-  seenUnits(hit: RateLimitHit): number {
-    return this.lastSeen.get(hit.key)?.used ?? 0;
+  /** Reset keys start afresh: what Redis last said of them no longer holds. */
+  forget(keys: readonly string[]): void {
+    for (const key of keys) {
+      this.lastSeen.delete(key);
+      this.pending.delete(key);
+    }
+    void this.local.reset(keys.map((key) => `local:${key}`));
   }
 
   /**
@@ -129,8 +112,6 @@ export class LocalFallback {
       return {
         ...hit,
         key: `local:${hit.key}`,
-        blockKey: `local:${hit.blockKey}`,
-        pendingKey: `local:${hit.pendingKey}`,
         // Its admissions are never settled (they carry no receipts), so none may stay in flight: a
         // rejection here is final and starts its penalty, as in Redis after settled failures.
         conditional: false,
@@ -162,12 +143,6 @@ export class LocalFallback {
       };
     });
   }
-}
-
-/** Whether a report is of the window `seen` was: by its start when both tell it, else by its end. */
-function sameWindow(seen: LastSeen, resetAt: number, windowStart: number | undefined): boolean {
-  if (seen.windowStart !== undefined && windowStart !== undefined) return seen.windowStart === windowStart;
-  return Math.abs(resetAt - seen.resetAt) <= WINDOW_MATCH_MS;
 }
 
 /**

@@ -33,6 +33,8 @@ type HandlerKind = 'route' | 'message' | 'none';
 @Injectable()
 export class RateLimitRuleRegistry implements OnModuleInit {
   private readonly rulesByClass = new WeakMap<Handler, Map<Handler, readonly RateLimitRule[]>>();
+  /** Every rule declared on a route, by name, for the limiter's API outside HTTP. */
+  private readonly rulesByName = new Map<string, RateLimitRule[]>();
 
   constructor(
     private readonly discovery: DiscoveryService,
@@ -140,6 +142,26 @@ export class RateLimitRuleRegistry implements OnModuleInit {
     return rules;
   }
 
+  /**
+   * The rule declared with `@RateLimit` under this name. Rules on several routes may share a name
+   * (and so their counters); they must then agree on how they count.
+   */
+  named(name: string): RateLimitRule {
+    const rules = this.rulesByName.get(name);
+    if (!rules) {
+      const known = [...this.rulesByName.keys()];
+      throw new RateLimitConfigurationError(
+        `No @RateLimit rule is named ${JSON.stringify(name)} (rules: ${JSON.stringify(known)}); pass the rule's options instead`,
+      );
+    }
+    if (rules.length > 1) {
+      throw new RateLimitConfigurationError(
+        `The rules named ${JSON.stringify(name)} on ${rules.map((rule) => rule.declaredOn).join(', ')} count differently; pass the rule's options instead`,
+      );
+    }
+    return rules[0];
+  }
+
   private compile(controller: Handler, handler: Handler): readonly RateLimitRule[] {
     const className = controller.name;
     const route = `${className}.${handler.name}`;
@@ -149,6 +171,11 @@ export class RateLimitRuleRegistry implements OnModuleInit {
     if (problems.length > 0) throw new RateLimitConfigurationError(problems);
     const replaced = new Set(handlerRules.map((rule) => rule.name));
     const rules = [...classRules.filter((rule) => !replaced.has(rule.name)), ...handlerRules];
+    for (const rule of rules) {
+      const named = this.rulesByName.get(rule.name) ?? [];
+      if (!named.some((other) => sameCounter(other, rule))) named.push(rule);
+      this.rulesByName.set(rule.name, named);
+    }
 
     const skip = this.reflector.getAllAndOverride<true | string[] | undefined>(RATE_LIMIT_SKIP, [handler, controller]);
     if (skip === true) return NO_RULES;
@@ -197,4 +224,16 @@ function providedClass({ metatype, instance, isNotMetatype }: InstanceWrapper): 
   // A plain object or an Object.create(null) value is no class's instance: it has no decorators.
   if (prototype === null || prototype === Object.prototype) return undefined;
   return typeof prototype.constructor === 'function' ? prototype.constructor : undefined;
+}
+
+/** Whether two rules of one name count alike: the same thresholds, algorithm and penalty. */
+function sameCounter(a: RateLimitRule, b: RateLimitRule): boolean {
+  return (
+    a.count === b.count &&
+    a.windowMs === b.windowMs &&
+    a.configKey === b.configKey &&
+    a.algorithm === b.algorithm &&
+    a.burst === b.burst &&
+    a.blockMs === b.blockMs
+  );
 }

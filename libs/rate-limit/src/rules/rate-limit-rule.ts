@@ -91,9 +91,17 @@ export class RateLimitConfigurationError extends Error {
 // No ':' (it separates key parts) and no braces (they pick Cluster slots).
 const RULE_NAME = /^[A-Za-z0-9._$-]{1,64}$/;
 
-export function validateRule(options: RateLimitOptions, declaredOn: string, defaultName: string): RateLimitRule {
+/**
+ * @param subject how messages name the rule: `@RateLimit on Controller.method` by default.
+ */
+export function validateRule(
+  options: RateLimitOptions,
+  declaredOn: string,
+  defaultName: string | undefined,
+  subject = `@RateLimit on ${declaredOn}`,
+): RateLimitRule {
   const fail = (field: string, problem: string, value: unknown): never => {
-    throw new RateLimitConfigurationError(`@RateLimit on ${declaredOn}: '${field}' ${problem}, got ${describe(value)}`);
+    throw new RateLimitConfigurationError(`${subject}: '${field}' ${problem}, got ${describe(value)}`);
   };
   if (options === null || typeof options !== 'object') fail('options', 'must be an object', options);
 
@@ -151,7 +159,7 @@ export function validateRule(options: RateLimitOptions, declaredOn: string, defa
     fail('onStoreError', `must be one of ${STORE_ERROR_POLICIES.join(', ')}`, onStoreError);
   }
   return {
-    name,
+    name: name!,
     declaredOn,
     count: count!,
     windowMs: windowMs!,

@@ -28,22 +28,43 @@ export function identityPart(identity: string | null): string {
 }
 
 /**
- * `prefix:{identity}:rule:algorithm`, and the rule's block key beside it. The identity is the hash
- * tag, so all keys of one identity share a Cluster slot; the digest form starts with `#`, which no
- * plain identity contains, so two identities never share a key. The algorithm is part of the key so
- * that changing a rule's algorithm never reads state of another shape.
+ * The state key of a rule for an identity: `prefix:{identity}:rule:algorithm`. The identity is the
+ * hash tag, so all keys of one identity share a Cluster slot; the digest form starts with `#`, which
+ * no plain identity contains, so two identities never share a key. The algorithm is part of the key
+ * so that changing a rule's algorithm never reads state of another shape.
  */
+export function rateLimitKey(
+  prefix: string,
+  ruleName: string,
+  identity: string | null,
+  algorithm: RateLimitAlgorithmName,
+): string {
+  return `${prefix}:{${identityPart(identity)}}:${ruleName}:${ALGORITHM_TAG[algorithm]}`;
+}
+
+/** The keys a store may keep beside a state key: in the same hash slot, shared by the rule's algorithms. */
+export interface RateLimitKeysBeside {
+  /** The time a `blockFor` penalty ends. */
+  blockKey: string;
+  /** Redis, fixed window: the window's count once high, kept for two windows (a failover defence). */
+  markerKey: string;
+  /** `countOn` admissions whose responses have not ended. */
+  pendingKey: string;
+}
+
+/** The keys beside a state key: its last segment (the algorithm) replaced. */
+export function keysBeside(key: string): RateLimitKeysBeside {
+  const base = key.slice(0, key.lastIndexOf(':'));
+  return { blockKey: `${base}:block`, markerKey: `${base}:mark`, pendingKey: `${base}:pend` };
+}
+
+/** Every key of a rule for an identity: the documented layout, for tools and tests. */
 export function rateLimitKeys(
   prefix: string,
   ruleName: string,
   identity: string | null,
   algorithm: RateLimitAlgorithmName,
-): { key: string; blockKey: string; markerKey: string; pendingKey: string } {
-  const base = `${prefix}:{${identityPart(identity)}}:${ruleName}`;
-  return {
-    key: `${base}:${ALGORITHM_TAG[algorithm]}`,
-    blockKey: `${base}:block`,
-    markerKey: `${base}:mark`,
-    pendingKey: `${base}:pend`,
-  };
+): { key: string } & RateLimitKeysBeside {
+  const key = rateLimitKey(prefix, ruleName, identity, algorithm);
+  return { key, ...keysBeside(key) };
 }

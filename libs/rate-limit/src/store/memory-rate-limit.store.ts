@@ -1,9 +1,10 @@
 import { LRUCache } from 'lru-cache';
 import type { AlgorithmStep } from '../algorithms/algorithm.js';
 import { ALGORITHMS } from '../algorithms/algorithms.js';
-import { GRACE_MS } from '../redis/scripts/consume.script.js';
 import { EvictedStateSketch } from './evicted-state-sketch.js';
+import { keysBeside } from './key-layout.js';
 import {
+  GRACE_MS,
   RateLimitStore,
   type RateLimitConsumption,
   type RateLimitHit,
@@ -59,6 +60,7 @@ interface HeldState {
  */
 export class MemoryRateLimitStore extends RateLimitStore {
   readonly description: string;
+  override readonly shared = false;
   private readonly states: LRUCache<string, HeldState>;
   private readonly blockedUntil: LRUCache<string, number>;
   private readonly evictedStates: EvictedStateSketch;
@@ -101,8 +103,9 @@ export class MemoryRateLimitStore extends RateLimitStore {
     const now = this.begin(clock);
     const steps: Step[] = hits.map((hit) => {
       if (hit.blockMs > 0) {
+        const { blockKey } = keysBeside(hit.key);
         const until =
-          this.blockedUntil.get(hit.blockKey) ?? this.evictedBlocks.lookup(hit.blockKey, hit.blockMs, now)?.until ?? 0;
+          this.blockedUntil.get(blockKey) ?? this.evictedBlocks.lookup(blockKey, hit.blockMs, now)?.until ?? 0;
         if (until > now) return { allowed: false, remaining: 0, resetMs: until - now, blocked: true };
       }
       const state = this.stateOf(hit, now);
@@ -118,7 +121,7 @@ export class MemoryRateLimitStore extends RateLimitStore {
         this.hold(hit, step.next, step.remaining, step.ttlMs ?? 0, now);
         if (hit.conditional) this.admitInFlight(hit, nonce, now);
       } else if (!step.allowed && !step.blocked && !step.provisional && hit.blockMs > 0) {
-        this.blockedUntil.set(hit.blockKey, now + hit.blockMs, { ttl: hit.blockMs + GRACE_MS });
+        this.blockedUntil.set(keysBeside(hit.key).blockKey, now + hit.blockMs, { ttl: hit.blockMs + GRACE_MS });
         step.resetMs = Math.max(step.resetMs, hit.blockMs);
       }
     });
@@ -150,8 +153,9 @@ export class MemoryRateLimitStore extends RateLimitStore {
 
   settle(settlements: readonly RateLimitSettlement[]): Promise<void> {
     for (const { hit, receipt, refund } of settlements) {
-      const inFlight = this.inFlight.get(hit.pendingKey);
-      if (inFlight?.delete(receipt.nonce) && inFlight.size === 0) this.inFlight.delete(hit.pendingKey);
+      const { pendingKey } = keysBeside(hit.key);
+      const inFlight = this.inFlight.get(pendingKey);
+      if (inFlight?.delete(receipt.nonce) && inFlight.size === 0) this.inFlight.delete(pendingKey);
       if (!refund) continue;
       // An evicted key's units stay in the sketch: its refund is lost, on the safe side. `used`
       // stays too: a refund only lowers the state, so it still bounds it.
@@ -162,11 +166,26 @@ export class MemoryRateLimitStore extends RateLimitStore {
   }
 
   /**
+   * Deleted, not evicted: nothing of them goes into the sketches. What an earlier eviction put
+   * there stays (a sketch forgets nothing early), so a key evicted under a flood may stay charged
+   * until the state it lost would have ended.
+   */
+  reset(keys: readonly string[]): Promise<void> {
+    for (const key of keys) {
+      const { blockKey, pendingKey } = keysBeside(key);
+      this.states.delete(key);
+      this.blockedUntil.delete(blockKey);
+      this.inFlight.delete(pendingKey);
+    }
+    return Promise.resolve();
+  }
+
+  /**
    * Whether a refused `countOn` hit would be admitted but for the units of admissions still in
    * flight, as the Redis script decides it: provisional, no penalty, worth asking again.
    */
   private refusedByInFlight(hit: RateLimitHit, state: unknown, step: Step, now: number): boolean {
-    const inFlight = this.inFlight.get(hit.pendingKey);
+    const inFlight = this.inFlight.get(keysBeside(hit.key).pendingKey);
     if (!inFlight) return false;
     this.dropUnsettled(inFlight, hit, now);
     // Only admissions a refund could give back: a fixed window's since it started.
@@ -178,10 +197,11 @@ export class MemoryRateLimitStore extends RateLimitStore {
   }
 
   private admitInFlight(hit: RateLimitHit, nonce: string, now: number): void {
-    const inFlight = this.inFlight.get(hit.pendingKey) ?? new Map<string, InFlight>();
+    const { pendingKey } = keysBeside(hit.key);
+    const inFlight = this.inFlight.get(pendingKey) ?? new Map<string, InFlight>();
     this.dropUnsettled(inFlight, hit, now);
     inFlight.set(nonce, { units: hit.cost, admittedAt: now });
-    this.inFlight.set(hit.pendingKey, inFlight, { ttl: hit.windowMs + GRACE_MS });
+    this.inFlight.set(pendingKey, inFlight, { ttl: hit.windowMs + GRACE_MS });
   }
 
   /** Admissions whose settle never came hold nothing after a window. */

@@ -1,13 +1,15 @@
 import type { RateLimitAlgorithmName } from '../algorithms/algorithm.js';
 
+/** Keys outlive the time their state matters by this much, so a slow call never finds them gone. */
+export const GRACE_MS = 1_000;
+
 /** One rule's claim on its counter for one request. */
 export interface RateLimitHit {
-  /** The state key (prefix, identity as hash tag, rule, algorithm). */
+  /**
+   * The state key (`rateLimitKey`: prefix, identity as hash tag, rule, algorithm). A store keeps
+   * any other key of the hit beside it (`keysBeside`), in the same hash slot.
+   */
   key: string;
-  /** Where a `blockFor` penalty is kept; in the same hash slot as `key`. */
-  blockKey: string;
-  /** Fixed window: where the window's count is also kept once high (see `markFrom`); same slot. */
-  markerKey: string;
   algorithm: RateLimitAlgorithmName;
   /** Units admitted per window. */
   limit: number;
@@ -19,17 +21,10 @@ export interface RateLimitHit {
   /** After a rejection by this rule, reject the identity for this long (0: no penalty). */
   blockMs: number;
   /**
-   * Fixed window: from this count on, the window's count is also written to `markerKey` (kept for
-   * two windows), and a window whose counter is missing resumes from it (0: no marker).
-   */
-  markFrom: number;
-  /**
    * A `countOn` rule: an admission stays in flight until the response settles (`settle`), and a
    * rejection caused only by units in flight is provisional: no penalty, and worth asking again.
    */
   conditional: boolean;
-  /** Where a `conditional` rule's admissions in flight are kept; in the same hash slot as `key`. */
-  pendingKey: string;
 }
 
 /** The same shape from every store and algorithm, so headers and `Retry-After` never differ. */
@@ -45,8 +40,6 @@ export interface RateLimitDecision {
    * refunded: no penalty started, and the same request may be admitted once they settle.
    */
   provisional?: boolean;
-  /** A key of this rule was found corrupt (another type, no number, no TTL) and mended. */
-  repaired?: boolean;
 }
 
 /** What a store needs to take an admitted hit back. Opaque to callers. */
@@ -64,10 +57,6 @@ export interface RateLimitConsumption {
   decisions: RateLimitDecision[];
   /** One per hit when `allowed`: what `refund` needs. */
   receipts: RateLimitReceipt[] | undefined;
-  /** Redis stores: the store's time of each hit's decision (Redis `TIME`, or the given clock). */
-  decidedAt?: number[];
-  /** With `waitForReplicas`: false when fewer replicas than asked confirmed the counts in time. */
-  replicated?: boolean;
 }
 
 /**
@@ -76,16 +65,6 @@ export interface RateLimitConsumption {
  */
 export function remainingAfter(decision: RateLimitDecision, requestAllowed: boolean, cost: number): number {
   return !requestAllowed && decision.allowed ? decision.remaining + cost : decision.remaining;
-}
-
-/**
- * A fixed window's start on the store's clock, when the store reported its decision time: the
- * window's reset is its end, in store time. Exact however late the reply was read.
- */
-export function windowStartOf(hit: RateLimitHit, consumption: RateLimitConsumption, index: number): number | undefined {
-  const decidedAt = consumption.decidedAt?.[index];
-  if (hit.algorithm !== 'fixed-window' || decidedAt === undefined) return undefined;
-  return decidedAt + consumption.decisions[index].resetMs - hit.windowMs;
 }
 
 /** An admitted hit to take back. */
@@ -107,6 +86,12 @@ export abstract class RateLimitStore {
   /** For the startup log: what this store is and whether instances share it. */
   abstract readonly description: string;
   /**
+   * Whether the counters live outside this process, shared by every instance (Redis). Such a store
+   * can fail while the app runs, and the module puts `onStoreError` and the local fallback around
+   * it; a store in this process (false) is used as it is.
+   */
+  readonly shared: boolean = true;
+  /**
    * @param now the time in ms from the module's `clock` option; without it the store's own clock
    *   (Redis `TIME`, so app servers with skewed clocks agree).
    */
@@ -125,4 +110,9 @@ export abstract class RateLimitStore {
    * deciding anything: counters may pass their limit.
    */
   abstract record(hits: readonly RateLimitHit[], now?: number): Promise<void>;
+  /**
+   * Forgets every count, penalty and admission in flight of the given state keys (and the keys
+   * beside them): their identities start afresh.
+   */
+  abstract reset(keys: readonly string[]): Promise<void>;
 }

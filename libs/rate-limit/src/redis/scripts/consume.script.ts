@@ -5,9 +5,10 @@ import { SLIDING_LOG_LUA } from '../../algorithms/sliding-log/sliding-log.lua.js
 import { SLIDING_WINDOW_LUA } from '../../algorithms/sliding-window/sliding-window.lua.js';
 import { TOKEN_BUCKET_LUA } from '../../algorithms/token-bucket/token-bucket.lua.js';
 import { RedisScript } from '../redis-script.js';
+import { GRACE_MS, type RateLimitHit, type RateLimitSettlement } from '../../store/rate-limit-store.js';
+import { keysBeside } from '../../store/key-layout.js';
+import { markerFrom } from '../failover/lost-write-marker.js';
 
-/** Keys outlive the time their state matters by this much, so a slow call never finds them gone. */
-export const GRACE_MS = 1_000;
 
 /** KEYS and ARGV entries per rule, after the three leading ARGV entries. */
 const KEYS_PER_RULE = 4;
@@ -232,3 +233,107 @@ end
 return 0
 `,
 );
+
+/** One CONSUME_SCRIPT call: the hits of one hash slot. */
+export interface ConsumeCall {
+  /** Whole ms, or undefined for Redis `TIME`. */
+  now: number | undefined;
+  nonce: string;
+  hits: readonly RateLimitHit[];
+  /** Count the units without deciding (units the fallback admitted while Redis was out). */
+  record: boolean;
+  /** The lost-write marker's share of the limit, or false for none. */
+  markerShare: number | false;
+}
+
+export function encodeConsume(call: ConsumeCall): { keys: string[]; args: (string | number)[] } {
+  const keys: string[] = [];
+  const args: (string | number)[] = [call.now ?? -1, call.nonce, call.hits.length];
+  for (const hit of call.hits) {
+    const { blockKey, markerKey, pendingKey } = keysBeside(hit.key);
+    keys.push(hit.key, blockKey, markerKey, pendingKey);
+    args.push(
+      hit.algorithm,
+      hit.limit,
+      hit.windowMs,
+      hit.cost,
+      hit.burst,
+      hit.blockMs,
+      call.record ? 1 : 0,
+      markerFrom(call.markerShare, hit),
+      hit.conditional && !call.record ? 1 : 0,
+    );
+  }
+  return { keys, args };
+}
+
+/** One rule's part of a CONSUME_SCRIPT reply. */
+export interface ConsumeRuleReply {
+  allowed: boolean;
+  remaining: number;
+  resetMs: number;
+  provisional: boolean;
+  /** A key of the rule was found corrupt or without a TTL and mended. */
+  repaired: boolean;
+}
+
+export interface ConsumeReply {
+  allowed: boolean;
+  /** Redis's time of the decision (or the given `now`). */
+  now: number;
+  rules: ConsumeRuleReply[];
+}
+
+export function decodeConsume(reply: unknown, rules: number): ConsumeReply {
+  const values = reply as number[];
+  return {
+    allowed: values[0] === 1,
+    now: values[1],
+    rules: Array.from({ length: rules }, (_, i) => {
+      const at = 2 + i * 4;
+      return {
+        allowed: values[at] === 1,
+        remaining: values[at + 1],
+        resetMs: values[at + 2],
+        provisional: (values[at + 3] & 1) !== 0,
+        repaired: (values[at + 3] & 2) !== 0,
+      };
+    }),
+  };
+}
+
+/** One REFUND_SCRIPT call: settlements of one slot and one admission (`admittedAt`, nonce). */
+export function encodeRefund(
+  admittedAt: number,
+  nonce: string,
+  settlements: readonly RateLimitSettlement[],
+): { keys: string[]; args: (string | number)[] } {
+  const keys: string[] = [];
+  const args: (string | number)[] = [admittedAt, nonce, settlements.length];
+  for (const { hit, refund } of settlements) {
+    keys.push(hit.key, keysBeside(hit.key).pendingKey);
+    args.push(hit.algorithm, hit.limit, hit.windowMs, hit.cost, hit.burst, refund ? 1 : 0);
+  }
+  return { keys, args };
+}
+
+/**
+ * Deletes state keys and the keys beside them (a reset through the API): the identities start
+ * afresh. The marker goes too, or a counter deleted would resume from it.
+ *
+ * KEYS: per state key, it and its block, marker and pending keys, all in one hash slot.
+ */
+export const RESET_SCRIPT = new RedisScript(
+  'reset',
+  `
+for _, key in ipairs(KEYS) do redis.call('DEL', key) end
+return #KEYS
+`,
+);
+
+export function encodeReset(keys: readonly string[]): string[] {
+  return keys.flatMap((key) => {
+    const { blockKey, markerKey, pendingKey } = keysBeside(key);
+    return [key, blockKey, markerKey, pendingKey];
+  });
+}

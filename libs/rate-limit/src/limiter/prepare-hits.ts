@@ -1,0 +1,135 @@
+import { type ExecutionContext, HttpException, InternalServerErrorException, Logger } from '@nestjs/common';
+import type { RateLimitConfigCentre } from '../config-centre/rate-limit-config-centre.js';
+import { RuleThresholds, type Thresholds } from '../config-centre/rule-thresholds.js';
+import type { RateLimitRule } from '../rules/rate-limit-rule.js';
+import { ANONYMOUS_IDENTITY, rateLimitKey } from '../store/key-layout.js';
+import type { RateLimitHit } from '../store/rate-limit-store.js';
+import { clientAddressIdentity } from './client-address.js';
+
+/** nginx's status for a client that closed the connection first; nobody receives it, logs show it. */
+const CLIENT_CLOSED = 499;
+
+/** A rule made concrete for one request. */
+export interface PreparedRule {
+  rule: RateLimitRule;
+  /** As it appears in decisions: `~anonymous` when the resolver gave none. */
+  identity: string;
+  thresholds: Thresholds;
+  hit: RateLimitHit;
+}
+
+/**
+ * Makes a rule concrete for one request: the thresholds in force (the config centre's, read on
+ * every request, so a change applies at once), the identity, the cost, and the state key.
+ */
+export class HitPreparation {
+  private readonly logger = new Logger('RateLimit');
+  private readonly thresholds: RuleThresholds;
+  private readonly warned = new Set<string>();
+
+  constructor(
+    configCentre: RateLimitConfigCentre,
+    private readonly keyPrefix: string,
+    private readonly ipv6PrefixBits: number,
+  ) {
+    this.thresholds = new RuleThresholds(configCentre);
+  }
+
+  /** For an HTTP request: identity and cost from the rule's `by` and `cost`. */
+  async forRequest(rule: RateLimitRule, context: ExecutionContext): Promise<PreparedRule> {
+    const [identity, cost] = await Promise.all([this.identify(rule, context), this.costOf(rule, context)]);
+    return this.prepared(rule, identity, cost);
+  }
+
+  /** Outside HTTP: the identity and cost as the caller gives them. */
+  forIdentity(rule: RateLimitRule, identity: string, cost: number): PreparedRule {
+    return this.prepared(rule, identity, cost);
+  }
+
+  /** The state key of a rule for an identity, as `forIdentity` counts it. */
+  keyOf(rule: RateLimitRule, identity: string): string {
+    return rateLimitKey(this.keyPrefix, rule.name, identity, rule.algorithm);
+  }
+
+  private prepared(rule: RateLimitRule, identity: string | null, cost: number): PreparedRule {
+    const thresholds = this.thresholds.resolve(rule);
+    return {
+      rule,
+      identity: identity ?? ANONYMOUS_IDENTITY,
+      thresholds,
+      hit: {
+        key: rateLimitKey(this.keyPrefix, rule.name, identity, rule.algorithm),
+        conditional: rule.countOn !== 'all',
+        algorithm: rule.algorithm,
+        limit: thresholds.count,
+        windowMs: thresholds.windowMs,
+        cost,
+        burst: rule.burst ?? thresholds.count,
+        blockMs: rule.blockMs,
+      },
+    };
+  }
+
+  private async identify(rule: RateLimitRule, context: ExecutionContext): Promise<string | null> {
+    const { by } = rule;
+    if (by === 'global') return 'global';
+    if (by === 'ip') {
+      const request = context
+        .switchToHttp()
+        .getRequest<{ ip?: string; socket?: { remoteAddress?: string; destroyed?: boolean } }>();
+      const address = request.ip ?? request.socket?.remoteAddress;
+      if (!address) throw this.noClientAddress(rule, request.socket?.destroyed ?? true);
+      return clientAddressIdentity(address, this.ipv6PrefixBits);
+    }
+    const identity: unknown = await by(context);
+    if (typeof identity === 'string' && identity !== '') return identity;
+    if (typeof identity === 'number' && Number.isFinite(identity)) return String(identity);
+    this.warnOnce(
+      `identity:${rule.declaredOn}:${rule.name}`,
+      `@RateLimit on ${rule.declaredOn}: 'by' returned ${identity === '' ? 'an empty string' : describeValue(identity)}; ` +
+        `such requests share one '${ANONYMOUS_IDENTITY}' counter of rule ${rule.name}. Throw an HttpException from 'by' to refuse them instead`,
+    );
+    return null;
+  }
+
+  private async costOf(rule: RateLimitRule, context: ExecutionContext): Promise<number> {
+    const { cost } = rule;
+    if (typeof cost === 'number') return cost;
+    const value: unknown = await cost(context);
+    if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
+    this.warnOnce(
+      `cost:${rule.declaredOn}:${rule.name}`,
+      `@RateLimit on ${rule.declaredOn}: 'cost' returned ${describeValue(value)}, not a whole number >= 0; counting 1`,
+    );
+    return 1;
+  }
+
+  /**
+   * Never a shared 'unknown' counter that one client could exhaust for all, and never an unknown
+   * error, which Nest logs with its stack for every request: a client resetting its connections
+   * must not write a line each. A closed connection (the client went away before the decision) is
+   * refused quietly, uncounted, and its handler never runs. An open one without an address is a
+   * server listening where sockets have none (a Unix socket without `trust proxy`): said once.
+   */
+  private noClientAddress(rule: RateLimitRule, closed: boolean): HttpException {
+    if (closed) return new HttpException('The connection closed before the request was decided', CLIENT_CLOSED);
+    this.warnOnce(
+      `address:${rule.declaredOn}:${rule.name}`,
+      `@RateLimit on ${rule.declaredOn}: requests have no client address (a Unix socket? set 'trust proxy' so req.ip names the client); they are refused with 500`,
+    );
+    return new InternalServerErrorException('The client address is unknown');
+  }
+
+  /** A misconfiguration is reported once, not per request; the set is bounded by the rules. */
+  private warnOnce(id: string, message: string): void {
+    if (this.warned.has(id) || this.warned.size >= 1_000) return;
+    this.warned.add(id);
+    this.logger.warn(message);
+  }
+}
+
+function describeValue(value: unknown): string {
+  if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value);
+  if (value === null || value === undefined || typeof value !== 'object') return String(value);
+  return Array.isArray(value) ? 'an array' : 'an object';
+}

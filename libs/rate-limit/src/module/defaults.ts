@@ -1,0 +1,39 @@
+import type { ResolvedRateLimitOptions } from './options.js';
+
+/**
+ * Every default of the module's options, in one place. `resolveModuleOptions` applies them;
+ * `docs/options.md` lists them.
+ */
+export const RATE_LIMIT_DEFAULTS = {
+  keyPrefix: 'rl',
+  memoryStore: { maxKeys: 10_000 },
+  storeErrors: {
+    policy: 'local',
+    timeoutMs: 100,
+    circuitBreaker: {
+      failureRatio: 0.3,
+      minimumCalls: 20,
+      windowMs: 10_000,
+      consecutiveFailures: 5,
+      halfOpenAfterMs: 250,
+    },
+    localFallback: { safetyFactor: 1.2, expectedInstances: 2 },
+    status: 429,
+  },
+  failover: {
+    detectLostWrites: true,
+    marker: 0.8,
+    waitForReplicas: false,
+  },
+  /** When `failover.waitForReplicas` is given without them. */
+  waitForReplicas: { replicas: 1, timeoutMs: 50 },
+  countOn: { inFlightWaitMs: 5_000 },
+  headers: 'draft-6',
+  logging: { intervalMs: 10_000, maxLinesPerSecond: 5, level: 'warn' },
+  ipv6PrefixBits: 64,
+} as const satisfies Omit<ResolvedRateLimitOptions, 'clock'> & {
+  waitForReplicas: { replicas: number; timeoutMs: number };
+};
+
+/** Rejection log lines: rule-and-identity keys the sampler tracks at once. */
+export const REJECTION_LOG_MAX_KEYS = 10_000;

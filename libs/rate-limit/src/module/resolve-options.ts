@@ -1,0 +1,175 @@
+import { HEADER_STYLES } from '../http/rate-limit-headers.js';
+import type { SampledLogLevel } from '../logging/sampled-logger.js';
+import { STORE_ERROR_POLICIES } from '../resilience/store-error-policy.js';
+import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
+import { RateLimitStore } from '../store/rate-limit-store.js';
+import { RATE_LIMIT_DEFAULTS as D } from './defaults.js';
+import type { RateLimitModuleOptions, ResolvedRateLimitOptions } from './options.js';
+
+const KEY_PREFIX = /^[A-Za-z0-9._:-]{1,32}$/;
+const LEVELS: readonly SampledLogLevel[] = ['error', 'warn', 'log', 'debug', 'verbose'];
+
+/** The fields each group takes; any other is a mistake worth stopping for (a typo is silent otherwise). */
+const FIELDS = {
+  '': [
+    ...['redis', 'store', 'memoryStore', 'keyPrefix', 'storeErrors', 'failover', 'countOn'],
+    ...['headers', 'logging', 'configCentre', 'ipv6PrefixBits', 'clock', 'isGlobal', 'globalGuard'],
+  ],
+  memoryStore: ['maxKeys'],
+  storeErrors: ['policy', 'timeoutMs', 'circuitBreaker', 'localFallback', 'status'],
+  'storeErrors.circuitBreaker': ['failureRatio', 'minimumCalls', 'windowMs', 'consecutiveFailures', 'halfOpenAfterMs'],
+  'storeErrors.localFallback': ['safetyFactor', 'expectedInstances'],
+  failover: ['detectLostWrites', 'marker', 'waitForReplicas'],
+  'failover.waitForReplicas': ['replicas', 'timeoutMs'],
+  countOn: ['inFlightWaitMs'],
+  logging: ['intervalMs', 'maxLinesPerSecond', 'level'],
+} as const;
+
+/** Where the flat options of 0.1 went, so an upgrade is told instead of silently ignored. */
+const MOVED: Record<string, string> = {
+  redisTimeoutMs: 'storeErrors.timeoutMs',
+  onStoreError: 'storeErrors.policy',
+  localFallback: 'storeErrors.localFallback',
+  storeErrorStatus: 'storeErrors.status',
+  circuitBreaker: 'storeErrors.circuitBreaker',
+  memoryStoreMaxKeys: 'memoryStore.maxKeys',
+  detectLostWrites: 'failover.detectLostWrites',
+  lostWriteMarker: 'failover.marker',
+  waitForReplicas: 'failover.waitForReplicas',
+  inFlightWaitMs: 'countOn.inFlightWaitMs',
+};
+
+/** Applies the defaults (`defaults.ts`) and rejects values that cannot work, naming the field. */
+export function resolveModuleOptions(options: RateLimitModuleOptions = {}): ResolvedRateLimitOptions {
+  const fail = (field: string, problem: string, ...value: [unknown?]): never => {
+    const got = value.length > 0 ? `, got ${describe(value[0])}` : '';
+    throw new RateLimitConfigurationError(`RateLimitModule options: '${field}' ${problem}${got}`);
+  };
+  const group = <T extends object>(field: keyof typeof FIELDS, value: T | undefined): Partial<T> => {
+    if (value === undefined) return {};
+    if (value === null || typeof value !== 'object') return fail(field, 'must be an object', value);
+    for (const name of Object.keys(value)) {
+      if (!(FIELDS[field] as readonly string[]).includes(name)) {
+        const path = field ? `${field}.${name}` : name;
+        const moved = field === '' ? MOVED[name] : undefined;
+        fail(path, moved ? `is now '${moved}'` : `is no option (known: ${FIELDS[field].join(', ')})`);
+      }
+    }
+    return value;
+  };
+  const positive = (field: string, value: number | undefined, fallback: number): number => {
+    if (value === undefined) return fallback;
+    return Number.isSafeInteger(value) && value > 0 ? value : fail(field, 'must be a positive whole number', value);
+  };
+  const oneOf = <T>(field: string, value: T | undefined, allowed: readonly T[], fallback: T): T => {
+    if (value === undefined) return fallback;
+    return allowed.includes(value) ? value : fail(field, `must be one of ${allowed.map(describe).join(', ')}`, value);
+  };
+
+  group('', options);
+  const { store } = options;
+  if (
+    store !== undefined &&
+    !(store instanceof RateLimitStore) &&
+    !(typeof store === 'function' && store.prototype instanceof RateLimitStore)
+  ) {
+    fail('store', 'must be an instance of a class extending RateLimitStore, or such a class', typeof store);
+  }
+  const keyPrefix = options.keyPrefix ?? D.keyPrefix;
+  if (typeof keyPrefix !== 'string' || !KEY_PREFIX.test(keyPrefix)) {
+    fail('keyPrefix', 'must be 1 to 32 characters of letters, digits and . _ : -', keyPrefix);
+  }
+
+  const storeErrors = group('storeErrors', options.storeErrors);
+  const localFallback = group('storeErrors.localFallback', storeErrors.localFallback);
+  const safetyFactor = localFallback.safetyFactor ?? D.storeErrors.localFallback.safetyFactor;
+  if (typeof safetyFactor !== 'number' || !(safetyFactor >= 1)) {
+    fail('storeErrors.localFallback.safetyFactor', 'must be a number of at least 1', safetyFactor);
+  }
+  let circuitBreaker: ResolvedRateLimitOptions['storeErrors']['circuitBreaker'] = false;
+  if (storeErrors.circuitBreaker !== false) {
+    const given = group('storeErrors.circuitBreaker', storeErrors.circuitBreaker);
+    const defaults = D.storeErrors.circuitBreaker;
+    const ratio = given.failureRatio ?? defaults.failureRatio;
+    if (typeof ratio !== 'number' || !(ratio > 0 && ratio <= 1)) {
+      fail('storeErrors.circuitBreaker.failureRatio', 'must be a number above 0 and at most 1', ratio);
+    }
+    const field = (name: keyof typeof defaults) => `storeErrors.circuitBreaker.${name}`;
+    circuitBreaker = {
+      failureRatio: ratio,
+      minimumCalls: positive(field('minimumCalls'), given.minimumCalls, defaults.minimumCalls),
+      windowMs: positive(field('windowMs'), given.windowMs, defaults.windowMs),
+      consecutiveFailures: positive(field('consecutiveFailures'), given.consecutiveFailures, defaults.consecutiveFailures),
+      halfOpenAfterMs: positive(field('halfOpenAfterMs'), given.halfOpenAfterMs, defaults.halfOpenAfterMs),
+    };
+  }
+
+  const failover = group('failover', options.failover);
+  const marker = failover.marker ?? D.failover.marker;
+  if (marker !== false && !(typeof marker === 'number' && marker > 0 && marker <= 1)) {
+    fail('failover.marker', 'must be a share above 0 and at most 1, or false', marker);
+  }
+  let waitForReplicas: ResolvedRateLimitOptions['failover']['waitForReplicas'] = false;
+  if (failover.waitForReplicas !== undefined && failover.waitForReplicas !== false) {
+    const given = group('failover.waitForReplicas', failover.waitForReplicas);
+    waitForReplicas = {
+      replicas: positive('failover.waitForReplicas.replicas', given.replicas, D.waitForReplicas.replicas),
+      timeoutMs: positive('failover.waitForReplicas.timeoutMs', given.timeoutMs, D.waitForReplicas.timeoutMs),
+    };
+  }
+  const detectLostWrites = failover.detectLostWrites ?? D.failover.detectLostWrites;
+  if (typeof detectLostWrites !== 'boolean') fail('failover.detectLostWrites', 'must be true or false', detectLostWrites);
+
+  const countOn = group('countOn', options.countOn);
+  const inFlightWaitMs = countOn.inFlightWaitMs ?? D.countOn.inFlightWaitMs;
+  if (!(Number.isSafeInteger(inFlightWaitMs) && inFlightWaitMs >= 0)) {
+    fail('countOn.inFlightWaitMs', 'must be a whole number of ms, 0 or more', inFlightWaitMs);
+  }
+
+  let logging: ResolvedRateLimitOptions['logging'] = false;
+  if (options.logging !== false) {
+    const given = group('logging', options.logging);
+    logging = {
+      intervalMs: positive('logging.intervalMs', given.intervalMs, D.logging.intervalMs),
+      maxLinesPerSecond: positive('logging.maxLinesPerSecond', given.maxLinesPerSecond, D.logging.maxLinesPerSecond),
+      level: oneOf('logging.level', given.level, LEVELS, D.logging.level),
+    };
+  }
+
+  const memoryStore = group('memoryStore', options.memoryStore);
+  const { ipv6PrefixBits = D.ipv6PrefixBits, clock } = options;
+  if (!(Number.isInteger(ipv6PrefixBits) && ipv6PrefixBits >= 1 && ipv6PrefixBits <= 128)) {
+    fail('ipv6PrefixBits', 'must be a whole number from 1 to 128', ipv6PrefixBits);
+  }
+  if (clock !== undefined && typeof clock !== 'function') fail('clock', 'must be a function returning ms', clock);
+
+  return {
+    keyPrefix,
+    memoryStore: { maxKeys: positive('memoryStore.maxKeys', memoryStore.maxKeys, D.memoryStore.maxKeys) },
+    storeErrors: {
+      policy: oneOf('storeErrors.policy', storeErrors.policy, STORE_ERROR_POLICIES, D.storeErrors.policy),
+      timeoutMs: positive('storeErrors.timeoutMs', storeErrors.timeoutMs, D.storeErrors.timeoutMs),
+      circuitBreaker,
+      localFallback: {
+        safetyFactor,
+        expectedInstances: positive(
+          'storeErrors.localFallback.expectedInstances',
+          localFallback.expectedInstances,
+          D.storeErrors.localFallback.expectedInstances,
+        ),
+      },
+      status: oneOf('storeErrors.status', storeErrors.status, [429, 503] as const, D.storeErrors.status),
+    },
+    failover: { detectLostWrites, marker, waitForReplicas },
+    countOn: { inFlightWaitMs },
+    headers: oneOf('headers', options.headers, HEADER_STYLES, D.headers),
+    logging,
+    ipv6PrefixBits,
+    clock,
+  };
+}
+
+function describe(value: unknown): string {
+  if (typeof value === 'function') return 'a function';
+  return JSON.stringify(value) ?? String(value);
+}

@@ -1,0 +1,136 @@
+import { LRUCache } from 'lru-cache';
+import type { StoreProblemLog } from '../../logging/store-problem-log.js';
+import {
+  type RateLimitConsumption,
+  type RateLimitHit,
+  type RateLimitRefund,
+  remainingAfter,
+} from '../../store/rate-limit-store.js';
+
+/** What this instance last saw of a fixed window. */
+interface SeenWindow {
+  /** The window's start on Redis's clock: names it exactly, however late the reply was read. */
+  start: number;
+  /** The highest count seen in it. */
+  used: number;
+  /** The rule's limit then: a changed limit changes the reported count, not a loss. */
+  limit: number;
+}
+
+/** What the guard needs of the Redis store to set a count right. */
+export interface LostWriteRepairs {
+  refund(refunds: readonly RateLimitRefund[]): Promise<void>;
+  /** Raises the window that started at `windowStart` to at least `figure`, if it is still the key's. */
+  raiseFixedWindow(hit: RateLimitHit, windowStart: number, figure: number): Promise<void>;
+}
+
+/**
+ * A failover defence: writes a promoted replica never received. Redis reports clearly less for a
+ * fixed window than this instance saw in the same window, and nothing errors. The guard then decides
+ * on the higher figure, raises the counter in Redis to it, and if the higher figure refuses the
+ * request, takes back what Redis admitted.
+ *
+ * Differences within `max(2, 5% of the limit)` are let be: other instances' refunds (Cluster slot
+ * groups) lower a count by a few units. Rules with `countOn` are not checked, since their refunds
+ * lower counts by design; nor are other algorithms, whose counts fall within a window by design.
+ */
+export class LostWriteGuard {
+  private readonly seen: LRUCache<string, SeenWindow>;
+
+  constructor(
+    maxKeys: number,
+    private readonly problems: StoreProblemLog,
+  ) {
+    this.seen = new LRUCache({ max: maxKeys });
+  }
+
+  /**
+   * The request's consumption after the check.
+   * @param decidedAt Redis's time of each hit's decision (its reply's `now`).
+   */
+  async check(
+    hits: readonly RateLimitHit[],
+    consumption: RateLimitConsumption,
+    decidedAt: readonly number[],
+    repairs: LostWriteRepairs,
+  ): Promise<RateLimitConsumption> {
+    const starts = hits.map((hit, i) =>
+      checked(hit) ? decidedAt[i] + consumption.decisions[i].resetMs - hit.windowMs : undefined,
+    );
+    const raises: { hit: RateLimitHit; windowStart: number; figure: number }[] = [];
+    let refused = false;
+    const decisions = consumption.decisions.map((decision, i) => {
+      const hit = hits[i];
+      const start = starts[i];
+      const seen = this.seen.get(hit.key);
+      if (start === undefined || !seen || seen.start !== start || seen.limit !== hit.limit) return decision;
+      const figure = seen.used + (consumption.allowed ? hit.cost : 0);
+      const lost = figure - committedUnits(hit, consumption, i);
+      if (lost < Math.max(2, Math.ceil(hit.limit * 0.05))) return decision;
+      this.problems.report(
+        `lost:${hit.key}`,
+        `Redis lost writes of ${hit.key} (a failover?); counting on the higher figure`,
+      );
+      const allowed = decision.allowed && figure <= hit.limit;
+      if (consumption.allowed && !allowed) refused = true;
+      raises.push({ hit, windowStart: start, figure });
+      return { ...decision, allowed, remaining: Math.max(0, hit.limit - figure) };
+    });
+    let checkedConsumption: RateLimitConsumption = { ...consumption, decisions };
+    if (raises.length > 0) {
+      if (refused) {
+        // This request is taken back: the figures to keep leave it out.
+        for (const raise of raises) raise.figure -= raise.hit.cost;
+        checkedConsumption = {
+          allowed: false,
+          decisions: decisions.map((decision, i) => {
+            const raise = raises.find((r) => r.hit === hits[i]);
+            return raise ? { ...decision, remaining: Math.max(0, raise.hit.limit - raise.figure) } : decision;
+          }),
+          receipts: undefined,
+        };
+      }
+      try {
+        if (refused) await repairs.refund(hits.map((hit, i) => ({ hit, receipt: consumption.receipts![i] })));
+        for (const { hit, windowStart, figure } of raises) await repairs.raiseFixedWindow(hit, windowStart, figure);
+      } catch {
+        // Best effort: the decision stands either way.
+      }
+    }
+    this.remember(hits, checkedConsumption, starts);
+    return checkedConsumption;
+  }
+
+  /** A reset key starts afresh: what was seen of it is no loss to repair. */
+  forget(keys: readonly string[]): void {
+    for (const key of keys) this.seen.delete(key);
+  }
+
+  private remember(
+    hits: readonly RateLimitHit[],
+    consumption: RateLimitConsumption,
+    starts: readonly (number | undefined)[],
+  ): void {
+    hits.forEach((hit, i) => {
+      const start = starts[i];
+      if (start === undefined) return;
+      const used = committedUnits(hit, consumption, i);
+      const seen = this.seen.get(hit.key);
+      // A fixed window's count never falls: keep the highest figure seen in the same window.
+      const same = seen && seen.start === start && seen.limit === hit.limit;
+      this.seen.set(hit.key, { start, used: same ? Math.max(used, seen.used) : used, limit: hit.limit });
+    });
+  }
+}
+
+function checked(hit: RateLimitHit): boolean {
+  return hit.algorithm === 'fixed-window' && !hit.conditional;
+}
+
+/**
+ * Units in Redis's counter after a request: a rule's decision reports its count as if the request
+ * were admitted, but when another rule refused the request, this hit was not counted.
+ */
+function committedUnits(hit: RateLimitHit, consumption: RateLimitConsumption, index: number): number {
+  return hit.limit - remainingAfter(consumption.decisions[index], consumption.allowed, hit.cost);
+}
