@@ -47,7 +47,7 @@ describe('failover with lost writes', () => {
         redis: { sentinels: set.sentinelAddresses, name: set.name },
         keyPrefix: uniquePrefix(),
         // DETECT_LOST_WRITES=false measures without the lost-write check, for contrast.
-        detectLostWrites: process.env.DETECT_LOST_WRITES !== 'false',
+        failover: { detectLostWrites: process.env.DETECT_LOST_WRITES !== 'false' },
       },
     });
   });

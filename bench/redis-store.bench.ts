@@ -1,6 +1,6 @@
 /**
  * One Redis decision (the consume script over loopback): with and without the circuit breaker in
- * front of it, and with `waitForReplicas` (Redis WAIT for one replica) against a master that has one.
+ * front of it, and with `failover.waitForReplicas` (Redis WAIT for one replica) against a master that has one.
  *
  *   npm run bench:redis
  */
@@ -15,8 +15,8 @@ for (let i = 0; i < 200 && !(await replicaClient.info('replication')).includes('
   await new Promise((resolve) => setTimeout(resolve, 50));
 }
 const withBreaker = await createStore({ redis: master.url });
-const withoutBreaker = await createStore({ redis: master.url, circuitBreaker: false });
-const waiting = await createStore({ redis: master.url, waitForReplicas: { replicas: 1, timeoutMs: 50 } });
+const withoutBreaker = await createStore({ redis: master.url, storeErrors: { circuitBreaker: false } });
+const waiting = await createStore({ redis: master.url, failover: { waitForReplicas: { replicas: 1, timeoutMs: 50 } } });
 const request = [hit('bench:{id}:r:fw', { limit: 1_000_000_000, windowMs: 60_000 })];
 
 // At file level: declared inside the describe, this hook never ran in benchmark mode and left the
@@ -36,7 +36,7 @@ describe('one Redis decision', () => {
   bench('consume, circuit breaker off', async () => {
     await withoutBreaker.store.consume(request);
   });
-  bench('consume, then WAIT for one replica (waitForReplicas)', async () => {
+  bench('consume, then WAIT for one replica (failover.waitForReplicas)', async () => {
     await waiting.store.consume(request);
   });
 });

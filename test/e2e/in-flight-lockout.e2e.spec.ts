@@ -119,7 +119,7 @@ describe.each(['Redis', 'memory'])('admissions that end unseen still end (%s sto
     if (storeName === 'Redis') redis = await startRedisServer();
     app = await createTestApp({
       controllers: [LoginController],
-      rateLimit: { redis: redis?.url, keyPrefix: uniquePrefix(), clock: () => now, redisTimeoutMs: 50 },
+      rateLimit: { redis: redis?.url, keyPrefix: uniquePrefix(), clock: () => now, storeErrors: { timeoutMs: 50 } },
     });
     await app.listen(0, '127.0.0.1');
   });
@@ -168,7 +168,7 @@ describe('while Redis is out, the local fallback still starts lockouts (fake clo
     redis = await startRedisServer();
     app = await createTestApp({
       controllers: [LoginController],
-      rateLimit: { redis: redis.url, keyPrefix: uniquePrefix(), clock: () => now, redisTimeoutMs: 50 },
+      rateLimit: { redis: redis.url, keyPrefix: uniquePrefix(), clock: () => now, storeErrors: { timeoutMs: 50 } },
     });
   });
 

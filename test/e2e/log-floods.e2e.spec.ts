@@ -59,7 +59,7 @@ describe.each(PLATFORMS)('nothing a client does writes a log line of its own (%s
     app = await createTestApp({
       platform,
       controllers: [FloodController],
-      rateLimit: { redis: server.url, keyPrefix: uniquePrefix(), redisTimeoutMs: 50 },
+      rateLimit: { redis: server.url, keyPrefix: uniquePrefix(), storeErrors: { timeoutMs: 50 } },
       logger: logs,
       trustProxy: true,
     });

@@ -51,7 +51,7 @@ describe('Redis paused, then killed and restarted, under steady traffic', () => 
     server = await startRedisServer();
     app = await createTestApp({
       controllers: [SteadyController],
-      rateLimit: { redis: server.url, keyPrefix: uniquePrefix(), redisTimeoutMs: 50 },
+      rateLimit: { redis: server.url, keyPrefix: uniquePrefix(), storeErrors: { timeoutMs: 50 } },
     });
   });
 

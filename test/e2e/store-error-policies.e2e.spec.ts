@@ -43,11 +43,13 @@ describe('when Redis cannot decide, each rule follows its onStoreError', () => {
       rateLimit: {
         redis: server.url,
         keyPrefix: prefix,
-        redisTimeoutMs: 50,
-        circuitBreaker: false,
         clock: () => Date.now(),
-        localFallback: { safetyFactor: 1.2, expectedInstances: 2 },
-        storeErrorStatus: 503,
+        storeErrors: {
+          timeoutMs: 50,
+          circuitBreaker: false,
+          localFallback: { safetyFactor: 1.2, expectedInstances: 2 },
+          status: 503,
+        },
       },
     });
   });
@@ -106,9 +108,8 @@ describe('after an outage, Redis counts what the fallback admitted, once', () =>
       rateLimit: {
         redis: server.url,
         keyPrefix: prefix,
-        redisTimeoutMs: 50,
         clock: () => Date.now(),
-        circuitBreaker: { consecutiveFailures: 1, halfOpenAfterMs: 1_000 },
+        storeErrors: { timeoutMs: 50, circuitBreaker: { consecutiveFailures: 1, halfOpenAfterMs: 1_000 } },
       },
     });
   });

@@ -25,16 +25,17 @@ describe('when Redis stops answering, requests are decided by onStoreError withi
   beforeAll(async () => {
     server = await startRedisServer();
     // The deadline alone: the circuit breaker has its own suite.
-    const common = { redis: server.url, keyPrefix: prefix, redisTimeoutMs: 50, circuitBreaker: false as const };
+    const storeErrors = { timeoutMs: 50, circuitBreaker: false as const };
+    const common = { redis: server.url, keyPrefix: prefix };
     // Both apps log to the capture: Nest's logger is process-wide.
     allowApp = await createTestApp({
       controllers: [GuardedController],
-      rateLimit: { ...common, onStoreError: 'allow' },
+      rateLimit: { ...common, storeErrors: { ...storeErrors, policy: 'allow' } },
       logger: logs,
     });
     denyApp = await createTestApp({
       controllers: [GuardedController],
-      rateLimit: { ...common, onStoreError: 'deny' },
+      rateLimit: { ...common, storeErrors: { ...storeErrors, policy: 'deny' } },
       logger: logs,
     });
   });

@@ -120,10 +120,12 @@ describe('bad module options fail when the module is declared', () => {
   it.each([
     [{ keyPrefix: 'has space' }, 'keyPrefix'],
     [{ keyPrefix: '{tag}' }, 'keyPrefix'],
-    [{ redisTimeoutMs: 0 }, 'redisTimeoutMs'],
-    [{ onStoreError: 'maybe' }, 'onStoreError'],
+    [{ storeErrors: { timeoutMs: 0 } }, 'storeErrors.timeoutMs'],
+    [{ redisTimeoutMs: 100 }, 'redisTimeoutMs'],
+    [{ storeErrors: { policy: 'maybe' } }, 'storeErrors.policy'],
+    [{ storeErrors: { polcy: 'deny' } }, 'storeErrors.polcy'],
     [{ logging: { intervalMs: -1 } }, 'logging.intervalMs'],
-    [{ memoryStoreMaxKeys: 1.5 }, 'memoryStoreMaxKeys'],
+    [{ memoryStore: { maxKeys: 1.5 } }, 'memoryStore.maxKeys'],
   ])('rejects %j', (options, field) => {
     expect(() => RateLimitModule.forRoot(options as never)).toThrow(`RateLimitModule options: '${field}'`);
   });

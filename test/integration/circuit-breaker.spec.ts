@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import type { RateLimitModuleOptions, RateLimitStore } from 'nest-rate-limit';
+import type { RateLimitStore, RateLimitStoreErrorOptions } from 'nest-rate-limit';
 import { LogCapture } from '../support/log-capture.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createStore, hit } from '../support/store-module.js';
@@ -29,8 +29,8 @@ describe('the circuit breaker in front of Redis', () => {
 
   afterAll(() => server?.stop());
 
-  async function storeWith(circuitBreaker: RateLimitModuleOptions['circuitBreaker']) {
-    const created = await createStore({ redis: server.url, redisTimeoutMs: 50, circuitBreaker });
+  async function storeWith(circuitBreaker: RateLimitStoreErrorOptions['circuitBreaker']) {
+    const created = await createStore({ redis: server.url, storeErrors: { timeoutMs: 50, circuitBreaker } });
     Logger.overrideLogger(logs);
     return created;
   }

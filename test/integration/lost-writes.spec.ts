@@ -44,7 +44,7 @@ describe('counts lost behind the limiter’s back (as in a failover)', () => {
     const prefix = uniquePrefix();
     const app = await createTestApp({
       controllers: [LostController],
-      rateLimit: { redis: server.url, keyPrefix: prefix, detectLostWrites, lostWriteMarker },
+      rateLimit: { redis: server.url, keyPrefix: prefix, failover: { detectLostWrites, marker: lostWriteMarker } },
     });
     return { app, prefix };
   }
@@ -77,7 +77,7 @@ describe('counts lost behind the limiter’s back (as in a failover)', () => {
     }
   });
 
-  it('over-admits without the check (detectLostWrites: false), which is what the check prevents', async () => {
+  it('over-admits without the check (failover.detectLostWrites: false), which is what the check prevents', async () => {
     const { app, prefix } = await appWith(false);
     try {
       const key = `${prefix}:{global}:five:fw`;
@@ -127,7 +127,7 @@ describe('counts lost behind the limiter’s back (as in a failover)', () => {
     }
   });
 
-  it('starts the window afresh without a marker (lostWriteMarker: false), which is what the marker prevents', async () => {
+  it('starts the window afresh without a marker (failover.marker: false), which is what the marker prevents', async () => {
     const { app, prefix } = await appWith(false, false);
     try {
       const key = `${prefix}:{global}:twenty:fw`;

@@ -60,7 +60,7 @@ const FLOODS: Flood[] = [
 
 /** The embedded store as the module builds it, on a fake clock. */
 async function memoryStore(maxKeys: number, clock: () => number) {
-  const built = await createStore({ memoryStoreMaxKeys: maxKeys, clock });
+  const built = await createStore({ memoryStore: { maxKeys }, clock });
   expect(built.store).toBeInstanceOf(MemoryRateLimitStore);
   return { ...built, store: built.store as MemoryRateLimitStore };
 }
@@ -74,7 +74,7 @@ async function burst(store: RateLimitStore, victim: RateLimitHit, n: number, now
 
 const admitted = (results: RateLimitConsumption[]) => results.filter((r) => r.allowed).length;
 
-describe('the embedded store under a flood of 10 x memoryStoreMaxKeys identities', () => {
+describe('the embedded store under a flood of 10 x memoryStore.maxKeys identities', () => {
   let now = T0;
   const clock = () => now;
   const opened: (() => Promise<void>)[] = [];

@@ -160,7 +160,7 @@ describe('bootstrap failures', () => {
     }
   });
 
-  it('do not come from a paused Redis: the app starts after a bounded wait and serves by onStoreError', async () => {
+  it('do not come from a paused Redis: the app starts after a bounded wait and serves by storeErrors.policy', async () => {
     const server = await startRedisServer();
     process.kill(server.pid, 'SIGSTOP');
     try {
@@ -172,7 +172,7 @@ describe('bootstrap failures', () => {
       }
       const app = await createTestApp({
         controllers: [PausedController],
-        rateLimit: { redis: server.url, keyPrefix: uniquePrefix(), redisTimeoutMs: 50 },
+        rateLimit: { redis: server.url, keyPrefix: uniquePrefix(), storeErrors: { timeoutMs: 50 } },
       });
       try {
         const response = await request(app.getHttpServer()).get('/paused').expect(200);

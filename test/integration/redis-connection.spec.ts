@@ -80,7 +80,7 @@ describe('the library’s own Redis connection', () => {
       store,
       redis: service,
       close,
-    } = await createStore({ redis: `redis://127.0.0.1:${port}`, redisTimeoutMs: 1_000 }));
+    } = await createStore({ redis: `redis://127.0.0.1:${port}`, storeErrors: { timeoutMs: 1_000 } }));
   });
 
   afterAll(async () => {
@@ -117,7 +117,7 @@ describe('the library’s own Redis connection', () => {
     const logs = new LogCapture();
     const app = await createTestApp({
       controllers: [DroppedController],
-      rateLimit: { redis: `redis://127.0.0.1:${proxyPort}`, keyPrefix: prefix, redisTimeoutMs: 1_000 },
+      rateLimit: { redis: `redis://127.0.0.1:${proxyPort}`, keyPrefix: prefix, storeErrors: { timeoutMs: 1_000 } },
       logger: logs,
     });
     try {

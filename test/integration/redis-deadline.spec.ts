@@ -27,7 +27,7 @@ describe('the Redis deadline measures Redis, not the event loop', () => {
 
   beforeAll(async () => {
     server = await startRedisServer();
-    ({ store, redis, close } = await createStore({ redis: server.url, redisTimeoutMs: 100 }));
+    ({ store, redis, close } = await createStore({ redis: server.url, storeErrors: { timeoutMs: 100 } }));
   });
 
   afterEach(() => process.kill(server.pid, 'SIGCONT'));

@@ -14,7 +14,7 @@ describe('Redis store (consume script) against a real Redis', () => {
   beforeAll(async () => {
     server = await startRedisServer();
     redis = server.client();
-    ({ store, close } = await createStore({ redis: server.url, redisTimeoutMs: 1_000 }));
+    ({ store, close } = await createStore({ redis: server.url, storeErrors: { timeoutMs: 1_000 } }));
   });
 
   afterAll(async () => {

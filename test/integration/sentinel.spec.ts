@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type RedisSentinelSet, startRedisSentinelSet } from '../support/redis-server.js';
+import { LogCapture } from '../support/log-capture.js';
 import { createStore, hit } from '../support/store-module.js';
 import { uniquePrefix } from '../support/test-app.js';
 
@@ -14,20 +15,26 @@ describe('through Redis Sentinel', () => {
   afterAll(() => set?.stop());
 
   it('with waitForReplicas, answers only once a replica has the counts', async () => {
-    const { store, close } = await createStore({
-      redis: { sentinels: set.sentinelAddresses, name: set.name },
-      redisTimeoutMs: 1_000,
-      waitForReplicas: { replicas: 1, timeoutMs: 500 },
-    });
+    const logs = new LogCapture();
+    const { store, close } = await createStore(
+      {
+        redis: { sentinels: set.sentinelAddresses, name: set.name },
+        storeErrors: { timeoutMs: 1_000 },
+        failover: { waitForReplicas: { replicas: 1, timeoutMs: 500 } },
+      },
+      logs,
+    );
     const key = `${uniquePrefix()}:{w}:r:fw`;
     const replica = set.replica.client();
     try {
       for (let i = 1; i <= 5; i += 1) {
         const result = await store.consume([hit(key, { limit: 100, windowMs: 600_000 })]);
-        expect(result.replicated).toBe(true);
+        expect(result.allowed).toBe(true);
         // Read from the replica at once: WAIT returned only after it had the write.
         expect(await replica.hget(key, 'c')).toBe(String(i));
       }
+      // And every WAIT saw its replica: no shortfall was reported.
+      expect(logs.at('error', /replicas/)).toEqual([]);
     } finally {
       await close();
     }
@@ -36,7 +43,7 @@ describe('through Redis Sentinel', () => {
   it('counts on the master the sentinels name, and follows it after a failover', async () => {
     const { store, redis, close } = await createStore({
       redis: { sentinels: set.sentinelAddresses, name: set.name },
-      redisTimeoutMs: 1_000,
+      storeErrors: { timeoutMs: 1_000 },
     });
     const key = `${uniquePrefix()}:{s}:r:fw`;
     const limits = { limit: 100, windowMs: 600_000 };

@@ -34,6 +34,11 @@ class JournalledStore extends RateLimitStore {
   record(hits: readonly RateLimitHit[], now?: number): Promise<void> {
     return this.inner.record(hits, now);
   }
+
+  reset(keys: readonly string[]): Promise<void> {
+    this.journal.push(`reset ${keys.length}`);
+    return this.inner.reset(keys);
+  }
 }
 
 let server: RedisServer | undefined;
@@ -101,6 +106,24 @@ describe.each(stores)('the store contract: $name', ({ options }) => {
     await store.settle([{ hit: rule, receipt: admitted.receipts![0], refund: true }]);
     // Refunded: the next is admitted, so no penalty was started.
     expect((await store.consume([rule], t0)).allowed).toBe(true);
+  });
+
+  it('forgets a key on reset: its count, its penalty and its admissions in flight', async () => {
+    const base = keys();
+    const counted = hit(`${base}:counted:fw`, { limit: 2, windowMs: 60_000 });
+    const penalised = hit(`${base}:penalised:fw`, { limit: 1, windowMs: 60_000, blockMs: 600_000 });
+    const pending = hit(`${base}:pending:fw`, { limit: 1, windowMs: 60_000, conditional: true });
+    const other = hit(`${base}:other:fw`, { limit: 2, windowMs: 60_000 });
+    for (const rule of [counted, counted, penalised, penalised, pending, other]) await store.consume([rule], t0);
+    expect((await store.consume([penalised], t0 + 60_001)).allowed).toBe(false);
+    expect((await store.consume([pending], t0)).decisions[0].provisional).toBe(true);
+
+    await store.reset([counted.key, penalised.key, pending.key]);
+    expect((await store.consume([counted], t0)).decisions[0].remaining).toBe(1);
+    expect((await store.consume([penalised], t0 + 60_001)).allowed).toBe(true);
+    expect((await store.consume([pending], t0)).allowed).toBe(true);
+    // Only the given keys: another rule keeps its count.
+    expect((await store.consume([other], t0)).decisions[0].remaining).toBe(0);
   });
 });
 

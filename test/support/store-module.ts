@@ -1,3 +1,4 @@
+import type { LoggerService } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import {
   type RateLimitAlgorithmName,
@@ -8,8 +9,14 @@ import {
   RedisService,
 } from 'nest-rate-limit';
 
-/** The library's store as a Nest app builds it (Redis when `options.redis` is set), without HTTP. */
-export async function createStore(options: RateLimitModuleOptions): Promise<{
+/**
+ * The library's store as a Nest app builds it (Redis when `options.redis` is set), without HTTP.
+ * Its log lines go to `logger` (none by default).
+ */
+export async function createStore(
+  options: RateLimitModuleOptions,
+  logger: LoggerService | false = false,
+): Promise<{
   store: RateLimitStore;
   redis: RedisService;
   close(): Promise<void>;
@@ -17,19 +24,15 @@ export async function createStore(options: RateLimitModuleOptions): Promise<{
   const moduleRef = await Test.createTestingModule({
     imports: [RateLimitModule.forRoot({ logging: false, ...options, globalGuard: false })],
   }).compile();
-  moduleRef.useLogger(false);
+  moduleRef.useLogger(logger);
   await moduleRef.init();
   return { store: moduleRef.get(RateLimitStore), redis: moduleRef.get(RedisService), close: () => moduleRef.close() };
 }
 
-/** A hit with defaults: fixed window, cost 1, burst = limit, no block, no marker, counted at once. */
+/** A hit with defaults: fixed window, cost 1, burst = limit, no block, counted at once. */
 export function hit(key: string, overrides: Partial<RateLimitHit> & { limit: number; windowMs: number }): RateLimitHit {
   return {
     key,
-    blockKey: `${key}:block`,
-    markerKey: `${key}:mark`,
-    markFrom: 0,
-    pendingKey: `${key}:pend`,
     conditional: false,
     algorithm: 'fixed-window' as RateLimitAlgorithmName,
     cost: 1,

@@ -12,7 +12,7 @@ import { OrdersController } from './orders.controller.js';
     ConfigModule.forRoot({ isGlobal: true }),
     RateLimitModule.forRootAsync({
       inject: [ConfigService],
-      useFactory: (config: ConfigService): RateLimitModuleOptions => ({
+      useFactory: (config: ConfigService) => ({
         // REDIS_URL, REDIS_SENTINELS (+ REDIS_SENTINEL_NAME) or REDIS_CLUSTER_NODES; with none,
         // the embedded in-process store, so the demo runs with nothing installed.
         redis: redisOptionsFromEnv({

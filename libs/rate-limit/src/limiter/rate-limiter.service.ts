@@ -21,7 +21,12 @@ import {
 } from '../rules/rate-limit-rule.js';
 import { InFlightWaits } from './in-flight-waits.js';
 import { HitPreparation, type PreparedRule } from './prepare-hits.js';
-import { type ConditionalUnits, type RateLimitOutcome, type RuleDecision, rateLimitOutcome } from './rate-limit-outcome.js';
+import {
+  type ConditionalUnits,
+  type RateLimitOutcome,
+  type RuleDecision,
+  rateLimitOutcome,
+} from './rate-limit-outcome.js';
 
 /** Requests that wait per key for `countOn` units in flight; more are refused at once, without a penalty. */
 const IN_FLIGHT_WAITERS_PER_KEY = 100;
@@ -104,7 +109,9 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       throw new RateLimitConfigurationError(`RateLimiterService.consume: 'identity' must be a non-empty string`);
     }
     if (!Number.isSafeInteger(cost) || cost < 0) {
-      throw new RateLimitConfigurationError(`RateLimiterService.consume: 'cost' must be a whole number >= 0, got ${cost}`);
+      throw new RateLimitConfigurationError(
+        `RateLimiterService.consume: 'cost' must be a whole number >= 0, got ${cost}`,
+      );
     }
     return this.decide(
       resolved.map((rule) => this.hits.forIdentity(rule, identity, cost)),
@@ -171,16 +178,14 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
 
   private outcome(prepared: readonly PreparedRule[], consumption: ResilientConsumption): RateLimitOutcome {
     const fallback = consumption.storeError !== undefined;
-    const decisions = prepared.map(
-      ({ rule, identity, thresholds, hit }, i): RuleDecision => ({
-        ...consumption.decisions[i],
-        rule,
-        identity,
-        windowMs: thresholds.windowMs,
-        cost: hit.cost,
-        fallback,
-      }),
-    );
+    const decisions = prepared.map(({ rule, identity, thresholds, hit }, i): RuleDecision => ({
+      ...consumption.decisions[i],
+      rule,
+      identity,
+      windowMs: thresholds.windowMs,
+      cost: hit.cost,
+      fallback,
+    }));
     if (!consumption.allowed && !fallback && this.rejections) {
       for (const [i, decision] of decisions.entries()) {
         if (!decision.allowed) {

@@ -58,7 +58,11 @@ const storeProvider: Provider = {
 const resilientStoreProvider: Provider = {
   provide: ResilientStore,
   inject: [RateLimitStore, StoreProblemLog, RESOLVED_RATE_LIMIT_OPTIONS],
-  useFactory: (store: RateLimitStore, problems: StoreProblemLog, { storeErrors, memoryStore }: ResolvedRateLimitOptions) =>
+  useFactory: (
+    store: RateLimitStore,
+    problems: StoreProblemLog,
+    { storeErrors, memoryStore }: ResolvedRateLimitOptions,
+  ) =>
     new ResilientStore(store, problems, {
       policy: storeErrors.policy,
       localFallback: { ...storeErrors.localFallback, maxKeys: memoryStore.maxKeys },

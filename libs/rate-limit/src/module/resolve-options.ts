@@ -99,7 +99,11 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
       failureRatio: ratio,
       minimumCalls: positive(field('minimumCalls'), given.minimumCalls, defaults.minimumCalls),
       windowMs: positive(field('windowMs'), given.windowMs, defaults.windowMs),
-      consecutiveFailures: positive(field('consecutiveFailures'), given.consecutiveFailures, defaults.consecutiveFailures),
+      consecutiveFailures: positive(
+        field('consecutiveFailures'),
+        given.consecutiveFailures,
+        defaults.consecutiveFailures,
+      ),
       halfOpenAfterMs: positive(field('halfOpenAfterMs'), given.halfOpenAfterMs, defaults.halfOpenAfterMs),
     };
   }
@@ -118,7 +122,8 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
     };
   }
   const detectLostWrites = failover.detectLostWrites ?? D.failover.detectLostWrites;
-  if (typeof detectLostWrites !== 'boolean') fail('failover.detectLostWrites', 'must be true or false', detectLostWrites);
+  if (typeof detectLostWrites !== 'boolean')
+    fail('failover.detectLostWrites', 'must be true or false', detectLostWrites);
 
   const countOn = group('countOn', options.countOn);
   const inFlightWaitMs = countOn.inFlightWaitMs ?? D.countOn.inFlightWaitMs;

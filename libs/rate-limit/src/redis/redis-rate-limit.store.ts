@@ -13,16 +13,10 @@ import {
 import { LostWriteGuard } from './failover/lost-write-guard.js';
 import { ReplicaWait, type ReplicaWaitOptions } from './failover/replica-wait.js';
 import type { RedisService } from './redis.service.js';
-import {
-  CONSUME_SCRIPT,
-  RAISE_FIXED_WINDOW_SCRIPT,
-  REFUND_SCRIPT,
-  RESET_SCRIPT,
-  decodeConsume,
-  encodeConsume,
-  encodeRefund,
-  encodeReset,
-} from './scripts/consume.script.js';
+import { CONSUME_SCRIPT, decodeConsume, encodeConsume } from './scripts/consume.script.js';
+import { RAISE_FIXED_WINDOW_SCRIPT, encodeRaiseFixedWindow } from './scripts/raise-fixed-window.script.js';
+import { REFUND_SCRIPT, encodeRefund } from './scripts/refund.script.js';
+import { RESET_SCRIPT, encodeReset } from './scripts/reset.script.js';
 import { UnsentCallsError, neverReachedRedis } from './unsent-error.js';
 
 /** Unique per process; with a per-call sequence it makes every request's nonce unique. */
@@ -162,7 +156,8 @@ export class RedisRateLimitStore extends RateLimitStore {
    * `figure`, if that window is still the key's (lost-write repair).
    */
   async raiseFixedWindow(hit: RateLimitHit, windowStart: number, figure: number): Promise<void> {
-    await this.redis.run(RAISE_FIXED_WINDOW_SCRIPT, [hit.key], [windowStart, figure]);
+    const { keys, args } = encodeRaiseFixedWindow(hit.key, windowStart, figure);
+    await this.redis.run(RAISE_FIXED_WINDOW_SCRIPT, keys, args);
   }
 
   /**

@@ -71,8 +71,7 @@ export class LocalFallback {
       const seen = this.lastSeen.get(hit.key);
       // A fixed window's count never falls: keep the highest figure seen in the same window. (A
       // window taken for another after a stall only makes the latest figure count.)
-      const same =
-        seen && hit.algorithm === 'fixed-window' && Math.abs(resetAt - seen.resetAt) <= WINDOW_MATCH_MS;
+      const same = seen && hit.algorithm === 'fixed-window' && Math.abs(resetAt - seen.resetAt) <= WINDOW_MATCH_MS;
       this.lastSeen.set(hit.key, {
         used: same && seen.limit === hit.limit ? Math.max(used, seen.used) : used,
         limit: hit.limit,

@@ -1,4 +1,4 @@
-/** GCRA in Lua: the twin of `algorithms/gcra.ts`. A string: the theoretical arrival time. */
+/** GCRA in Lua: the twin of `gcra.ts`. A string: the theoretical arrival time (see `fields.ts`). */
 export const GCRA_LUA = `
 ALG['gcra'] = {
   check = function(key, now, p)

@@ -1,6 +1,7 @@
 /**
- * Sliding log in Lua: the twin of `algorithms/sliding-log.ts`. A sorted set, one member per
- * admitted unit, scored by its time; members are `time:nonce:n`, unique per request.
+ * Sliding log in Lua: the twin of `sliding-log.ts`. A sorted set, one member per admitted unit,
+ * scored by its time; members are `time:nonce:unit`, unique per request (`fields.ts` says how, and
+ * builds the same member in TypeScript).
  */
 export const SLIDING_LOG_LUA = `
 ALG['sliding-log'] = {

@@ -1,18 +1,21 @@
+import { luaStringTable } from '../../redis/script-protocol.js';
+import { SLIDING_WINDOW_FIELDS } from './fields.js';
+
 /**
- * Sliding window counter in Lua: the twin of `algorithms/sliding-window.ts`. Hash fields: `w`
- * window length, `i` window index, `c` current count, `p` previous count.
+ * Sliding window counter in Lua: the twin of `sliding-window.ts`. A hash of `SLIDING_WINDOW_FIELDS`
+ * (window length, window index, current and previous counts).
  */
 export const SLIDING_WINDOW_LUA = `
+local SLIDING_WINDOW = ${luaStringTable(SLIDING_WINDOW_FIELDS)}
 ALG['sliding-window'] = {
   check = function(key, now, p)
     local W = p.window
     local index = math.floor(now / W)
     local current, previous = 0, 0
-    local st = read('HMGET', key, 'i', 'c', 'p', 'w') or {}
-    local si, sc, sp, sw = num(st[1]), num(st[2]), num(st[3]), num(st[4])
-    if si and sc and sp and sw == W then
-      if si == index or si == index + 1 then index = si; current = sc; previous = sp
-      elseif si == index - 1 then previous = sc end
+    local st = readFields(key, SLIDING_WINDOW)
+    if st.index and st.current and st.previous and st.window == W then
+      if st.index == index or st.index == index + 1 then index = st.index; current = st.current; previous = st.previous
+      elseif st.index == index - 1 then previous = st.current end
     end
     local elapsed = math.max(0, now - index * W)
     local estimate = (previous * (W - elapsed)) / W + current
@@ -37,16 +40,18 @@ ALG['sliding-window'] = {
              ttl = (index + 2) * W - now, index = index, current = current + p.cost, previous = previous }
   end,
   commit = function(key, now, p, s)
-    redis.call('HSET', key, 'w', fmt(p.window), 'i', fmt(s.index), 'c', fmt(s.current), 'p', fmt(s.previous))
+    redis.call('HSET', key, SLIDING_WINDOW.window, fmt(p.window), SLIDING_WINDOW.index, fmt(s.index),
+               SLIDING_WINDOW.current, fmt(s.current), SLIDING_WINDOW.previous, fmt(s.previous))
     redis.call('PEXPIRE', key, s.ttl + GRACE_MS)
   end,
   refund = function(key, at, p)
     local index = math.floor(at / p.window)
-    local st = read('HMGET', key, 'i', 'c', 'p', 'w') or {}
-    local si, sc, sp, sw = num(st[1]), num(st[2]), num(st[3]), num(st[4])
-    if not (si and sc and sp) or sw ~= p.window then return end
-    if si == index then redis.call('HSET', key, 'c', fmt(math.max(0, sc - p.cost)))
-    elseif si == index + 1 then redis.call('HSET', key, 'p', fmt(math.max(0, sp - p.cost))) end
+    local st = readFields(key, SLIDING_WINDOW)
+    if not (st.index and st.current and st.previous) or st.window ~= p.window then return end
+    if st.index == index then redis.call('HSET', key, SLIDING_WINDOW.current, fmt(math.max(0, st.current - p.cost)))
+    elseif st.index == index + 1 then
+      redis.call('HSET', key, SLIDING_WINDOW.previous, fmt(math.max(0, st.previous - p.cost)))
+    end
   end,
 }
 `;

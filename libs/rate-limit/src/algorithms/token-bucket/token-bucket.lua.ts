@@ -1,17 +1,20 @@
+import { luaStringTable } from '../../redis/script-protocol.js';
+import { TOKEN_BUCKET_FIELDS } from './fields.js';
+
 /**
- * Token bucket in Lua: the twin of `algorithms/token-bucket.ts`. Hash fields: `t` tokens,
- * `r` time of the last refill.
+ * Token bucket in Lua: the twin of `token-bucket.ts`. A hash of `TOKEN_BUCKET_FIELDS` (tokens, time
+ * of the last refill).
  */
 export const TOKEN_BUCKET_LUA = `
+local TOKEN_BUCKET = ${luaStringTable(TOKEN_BUCKET_FIELDS)}
 ALG['token-bucket'] = {
   check = function(key, now, p)
     local rate = p.limit / p.window
     local tokens, refilledAt = p.burst, now
-    local st = read('HMGET', key, 't', 'r') or {}
-    local t0, r0 = num(st[1]), num(st[2])
-    if t0 and r0 then
-      refilledAt = math.max(now, r0)
-      tokens = math.min(p.burst, t0 + math.max(0, now - r0) * rate)
+    local st = readFields(key, TOKEN_BUCKET)
+    if st.tokens and st.refilledAt then
+      refilledAt = math.max(now, st.refilledAt)
+      tokens = math.min(p.burst, st.tokens + math.max(0, now - st.refilledAt) * rate)
     end
     local allowed = tokens + ROUNDING_EPSILON >= p.cost
     local after = tokens
@@ -24,12 +27,12 @@ ALG['token-bucket'] = {
              tokens = tokens - p.cost, refilledAt = refilledAt }
   end,
   commit = function(key, now, p, s)
-    redis.call('HSET', key, 't', fmt(s.tokens), 'r', fmt(s.refilledAt))
+    redis.call('HSET', key, TOKEN_BUCKET.tokens, fmt(s.tokens), TOKEN_BUCKET.refilledAt, fmt(s.refilledAt))
     redis.call('PEXPIRE', key, s.ttl + GRACE_MS)
   end,
   refund = function(key, at, p)
-    local tokens = num(read('HGET', key, 't'))
-    if tokens then redis.call('HSET', key, 't', fmt(math.min(p.burst, tokens + p.cost))) end
+    local tokens = num(read('HGET', key, TOKEN_BUCKET.tokens))
+    if tokens then redis.call('HSET', key, TOKEN_BUCKET.tokens, fmt(math.min(p.burst, tokens + p.cost))) end
   end,
 }
 `;

@@ -1,0 +1,62 @@
+import { RedisScript } from '../redis-script.js';
+import { defineScriptLayout } from '../script-protocol.js';
+import { keysBeside } from '../../store/key-layout.js';
+import type { RateLimitSettlement } from '../../store/rate-limit-store.js';
+import { ALGORITHMS_LUA } from './shared.lua.js';
+
+/**
+ * The call and reply of REFUND_SCRIPT.
+ *
+ * KEYS per rule: its state key and its pending key.
+ * ARGV: the `now` that CONSUME_SCRIPT returned, its nonce, then per rule: the algorithm, limit,
+ * window ms, cost, burst, and `refund` to take the units back.
+ * Reply: the number of rules settled.
+ */
+export const REFUND_LAYOUT = defineScriptLayout('refund', {
+  head: { args: { at: 'number', nonce: 'string' } },
+  rule: {
+    keys: ['key', 'pendingKey'],
+    args: { alg: 'string', limit: 'number', window: 'number', cost: 'number', burst: 'number', refund: 'flag' },
+  },
+  reply: { head: { settled: 'number' } },
+});
+
+/**
+ * Ends admissions of one CONSUME_SCRIPT call: the response settled (a `countOn` rule's admission is
+ * no longer in flight) and, where asked, the units are taken back: for refunds (`countOn`), and on
+ * Cluster for the slots that admitted a request another slot rejected.
+ */
+export const REFUND_SCRIPT = new RedisScript(
+  REFUND_LAYOUT.name,
+  `${ALGORITHMS_LUA}
+${REFUND_LAYOUT.lua}
+local call = readHead()
+for i = 1, call.rules do
+  local p = readRule(i)
+  read('ZREM', p.pendingKey, pendingMember(call.nonce, p.cost))
+  if p.refund then ALG[p.alg].refund(p.key, call.at, p, call.nonce) end
+end
+return replyHead({ settled = call.rules })
+`,
+);
+
+/** One REFUND_SCRIPT call: settlements of one slot and one admission (`admittedAt`, nonce). */
+export function encodeRefund(
+  admittedAt: number,
+  nonce: string,
+  settlements: readonly RateLimitSettlement[],
+): { keys: string[]; args: (string | number)[] } {
+  return REFUND_LAYOUT.encode(
+    { at: admittedAt, nonce },
+    settlements.map(({ hit, refund }) => ({
+      key: hit.key,
+      pendingKey: keysBeside(hit.key).pendingKey,
+      alg: hit.algorithm,
+      limit: hit.limit,
+      window: hit.windowMs,
+      cost: hit.cost,
+      burst: hit.burst,
+      refund,
+    })),
+  );
+}

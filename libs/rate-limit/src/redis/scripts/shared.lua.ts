@@ -1,0 +1,74 @@
+import { ROUNDING_EPSILON } from '../../algorithms/algorithm.js';
+import { FIXED_WINDOW_LUA } from '../../algorithms/fixed-window/fixed-window.lua.js';
+import { GCRA_LUA } from '../../algorithms/gcra/gcra.lua.js';
+import { SLIDING_LOG_LUA } from '../../algorithms/sliding-log/sliding-log.lua.js';
+import { SLIDING_WINDOW_LUA } from '../../algorithms/sliding-window/sliding-window.lua.js';
+import { TOKEN_BUCKET_LUA } from '../../algorithms/token-bucket/token-bucket.lua.js';
+import { GRACE_MS } from '../../store/rate-limit-store.js';
+
+/**
+ * Helpers the consume and refund scripts share, then every algorithm's Lua as the table
+ * ALG[name] = { check, commit, refund }.
+ *
+ * State is read through `read` and `num`, never trusted: a key of another type (WRONGTYPE: a bad
+ * restore, another program writing under the prefix) is deleted and read as absent, a value that is
+ * no finite number reads as absent, and a key found without a TTL is given one. Each sets `repaired`,
+ * which the scripts report per rule. So a corrupt key costs only its own identity a fresh counter,
+ * never an error reply that would count against Redis for every other request.
+ *
+ * `readFields` reads a hash by an algorithm's field table (`algorithms/<name>/fields.ts`), so the
+ * Lua names each value as the TypeScript does and never by its position in an HMGET reply.
+ * `pendingMember` is the member a `countOn` admission leaves in its rule's pending key: the consume
+ * script adds it and the refund script removes it, so both build it here.
+ */
+export const ALGORITHMS_LUA = `
+local GRACE_MS = ${GRACE_MS}
+local ROUNDING_EPSILON = ${ROUNDING_EPSILON}
+local function fmt(x) return string.format('%.17g', x) end
+local repaired = false
+local function read(command, key, ...)
+  local reply = redis.pcall(command, key, ...)
+  if type(reply) == 'table' and reply.err then
+    -- Any other error (OOM, say) is Redis failing, not the key: raised, and the state kept.
+    if not string.find(reply.err, 'WRONGTYPE', 1, true) then error(reply) end
+    redis.call('DEL', key)
+    repaired = true
+    return nil
+  end
+  return reply
+end
+local function write(command, key, ...)
+  return read(command, key, ...) or redis.call(command, key, ...)
+end
+local function num(x)
+  if not x then return nil end
+  local v = tonumber(x)
+  if v and v == v and v ~= math.huge and v ~= -math.huge then return v end
+  repaired = true
+  return nil
+end
+local function ensureTtl(key, ms)
+  if redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIRE', key, math.max(1, math.floor(ms)))
+    repaired = true
+  end
+end
+-- A hash's fields as numbers by name (\`fields\`: name -> stored field), each nil when absent or junk.
+local function readFields(key, fields)
+  local names, stored = {}, {}
+  for name, field in pairs(fields) do
+    names[#names + 1] = name
+    stored[#stored + 1] = field
+  end
+  local values = read('HMGET', key, unpack(stored)) or {}
+  local out = {}
+  for i, name in ipairs(names) do out[name] = num(values[i]) end
+  return out
+end
+local function pendingMember(nonce, cost) return nonce .. ':' .. cost end
+local ALG = {}
+${FIXED_WINDOW_LUA}
+${SLIDING_WINDOW_LUA}
+${SLIDING_LOG_LUA}
+${TOKEN_BUCKET_LUA}
+${GCRA_LUA}`;
