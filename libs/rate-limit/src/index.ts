@@ -5,6 +5,7 @@ export { RateLimitModule } from './module/rate-limit.module.js';
 export type {
   RateLimitModuleOptions,
   RateLimitModuleExtras,
+  RateLimitModuleAsyncOptions,
   RateLimitRedisOptions,
   RateLimitStoreErrorOptions,
   RateLimitFailoverOptions,

@@ -1,4 +1,4 @@
-import type { Type } from '@nestjs/common';
+import type { ConfigurableModuleAsyncOptions, Type } from '@nestjs/common';
 import type { Cluster, ClusterNode, ClusterOptions, Redis, RedisOptions } from 'ioredis';
 import type { RateLimitConfigCentre } from '../config-centre/rate-limit-config-centre.js';
 import type { RateLimitHeaderStyle } from '../http/rate-limit-headers.js';
@@ -128,6 +128,10 @@ export interface RateLimitModuleExtras {
    */
   globalGuard?: boolean;
 }
+
+/** `forRootAsync`'s options: `useFactory` (with `inject`, `imports`), `useClass` or `useExisting`, and the extras. */
+export type RateLimitModuleAsyncOptions = ConfigurableModuleAsyncOptions<RateLimitModuleOptions, 'create'> &
+  RateLimitModuleExtras;
 
 /** Module options after defaults and checks; what the services use. */
 export interface ResolvedRateLimitOptions {

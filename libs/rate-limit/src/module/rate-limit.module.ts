@@ -5,13 +5,14 @@ import { NestConfigCentre } from '../config-centre/nest-config-centre.js';
 import { RateLimitConfigCentre } from '../config-centre/rate-limit-config-centre.js';
 import { RateLimitGuard } from '../http/rate-limit.guard.js';
 import { RateLimitInterceptor } from '../http/rate-limit.interceptor.js';
+import { RATE_LIMIT_OPTIONS, RateLimitConfigurableModule } from './module-definition.js';
 import {
-  RATE_LIMIT_ASYNC_OPTIONS_TYPE,
-  RATE_LIMIT_OPTIONS,
-  RATE_LIMIT_OPTIONS_TYPE,
-  RateLimitConfigurableModule,
-} from './module-definition.js';
-import { RESOLVED_RATE_LIMIT_OPTIONS, type RateLimitModuleOptions, type ResolvedRateLimitOptions } from './options.js';
+  RESOLVED_RATE_LIMIT_OPTIONS,
+  type RateLimitModuleAsyncOptions,
+  type RateLimitModuleExtras,
+  type RateLimitModuleOptions,
+  type ResolvedRateLimitOptions,
+} from './options.js';
 import { RateLimiterService } from '../limiter/rate-limiter.service.js';
 import { StoreProblemLog } from '../logging/store-problem-log.js';
 import { RedisRateLimitStore } from '../redis/redis-rate-limit.store.js';
@@ -117,18 +118,22 @@ const configCentreProvider: Provider = {
     RateLimitInterceptor,
   ],
 })
-export class RateLimitModule extends RateLimitConfigurableModule {
-  static override forRoot(options: typeof RATE_LIMIT_OPTIONS_TYPE = {}): DynamicModule {
+export class RateLimitModule {
+  /** Options validated here, at import time: a bad value stops the app naming the field. */
+  static forRoot(options: RateLimitModuleOptions & RateLimitModuleExtras = {}): DynamicModule {
     resolveModuleOptions(options);
-    return withGlobalGuard(super.forRoot(options), options.globalGuard ?? true);
+    return ownModule(RateLimitConfigurableModule.forRoot(options), options.globalGuard ?? true);
   }
 
-  static override forRootAsync(options: typeof RATE_LIMIT_ASYNC_OPTIONS_TYPE): DynamicModule {
-    return withGlobalGuard(super.forRootAsync(options), options.globalGuard ?? true);
+  /** Options from a factory (`useFactory` with `inject`), `useClass` or `useExisting`; validated when it resolves. */
+  static forRootAsync(options: RateLimitModuleAsyncOptions): DynamicModule {
+    return ownModule(RateLimitConfigurableModule.forRootAsync(options), options.globalGuard ?? true);
   }
 }
 
-function withGlobalGuard(module: DynamicModule, globalGuard: boolean): DynamicModule {
+/** The builder's module, as this module (its providers), with the guard for every route when asked. */
+function ownModule(built: DynamicModule, globalGuard: boolean): DynamicModule {
+  const module = { ...built, module: RateLimitModule };
   if (!globalGuard) return module;
   return {
     ...module,

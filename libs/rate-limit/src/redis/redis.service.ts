@@ -61,6 +61,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   private readonly keyPrefix: string;
   private readonly breaker: RedisCircuitBreaker | undefined;
 
+  /** @internal Nest creates it from the module's options. */
   constructor(
     @Inject(RATE_LIMIT_OPTIONS) options: RateLimitModuleOptions,
     @Inject(RESOLVED_RATE_LIMIT_OPTIONS) resolved: ResolvedRateLimitOptions,
