@@ -10,7 +10,7 @@ import { ExecutionContextHost } from '@nestjs/core/helpers/execution-context-hos
 import { Test } from '@nestjs/testing';
 import { bench, describe } from 'vitest';
 import { RateLimit, RateLimitGuard, RateLimitModule } from 'nest-rate-limit';
-import { rateLimitKeys } from '../libs/rate-limit/src/store/key-layout.js';
+import { rateLimitKeys } from 'nest-rate-limit';
 
 @Controller()
 class BenchController {

@@ -4,6 +4,7 @@ import { RateLimitModule, type RateLimitStoreErrorPolicy, redisOptionsFromEnv } 
 import { AlgorithmsController } from './algorithms.controller.js';
 import { FeaturesController } from './features.controller.js';
 import { HealthController } from './health.controller.js';
+import { JobsController } from './jobs.controller.js';
 import { LimitsController } from './limits.controller.js';
 import { OrdersController } from './orders.controller.js';
 
@@ -26,6 +27,13 @@ import { OrdersController } from './orders.controller.js';
       }),
     }),
   ],
-  controllers: [LimitsController, OrdersController, AlgorithmsController, FeaturesController, HealthController],
+  controllers: [
+    LimitsController,
+    OrdersController,
+    AlgorithmsController,
+    FeaturesController,
+    JobsController,
+    HealthController,
+  ],
 })
 export class AppModule {}

@@ -41,14 +41,23 @@ export class HitPreparation {
     return this.prepared(rule, identity, cost);
   }
 
-  /** Outside HTTP: the identity and cost as the caller gives them. */
+  /** Outside HTTP: the identity and cost as the caller gives them (see `identityOf`). */
   forIdentity(rule: RateLimitRule, identity: string, cost: number): PreparedRule {
-    return this.prepared(rule, identity, cost);
+    return this.prepared(rule, this.identityOf(rule, identity), cost);
   }
 
   /** The state key of a rule for an identity, as `forIdentity` counts it. */
   keyOf(rule: RateLimitRule, identity: string): string {
-    return rateLimitKey(this.keyPrefix, rule.name, identity, rule.algorithm);
+    return rateLimitKey(this.keyPrefix, rule.name, this.identityOf(rule, identity), rule.algorithm);
+  }
+
+  /**
+   * A given identity as the rule's own `by` would count it, so the API and HTTP share counters: a
+   * `'global'` rule has one, and a `by: 'ip'` rule takes a client address (IPv6 counted per prefix).
+   */
+  private identityOf(rule: RateLimitRule, identity: string): string {
+    if (rule.by === 'global') return 'global';
+    return rule.by === 'ip' ? clientAddressIdentity(identity, this.ipv6PrefixBits) : identity;
   }
 
   private prepared(rule: RateLimitRule, identity: string | null, cost: number): PreparedRule {

@@ -11,9 +11,10 @@ const LEVELS: readonly SampledLogLevel[] = ['error', 'warn', 'log', 'debug', 've
 
 /** The fields each group takes; any other is a mistake worth stopping for (a typo is silent otherwise). */
 const FIELDS = {
+  // prettier-ignore
   '': [
-    ...['redis', 'store', 'memoryStore', 'keyPrefix', 'storeErrors', 'failover', 'countOn'],
-    ...['headers', 'logging', 'configCentre', 'ipv6PrefixBits', 'clock', 'isGlobal', 'globalGuard'],
+    'redis', 'store', 'memoryStore', 'keyPrefix', 'storeErrors', 'failover', 'countOn',
+    'headers', 'logging', 'configCentre', 'ipv6PrefixBits', 'clock', 'isGlobal', 'globalGuard',
   ],
   memoryStore: ['maxKeys'],
   storeErrors: ['policy', 'timeoutMs', 'circuitBreaker', 'localFallback', 'status'],
