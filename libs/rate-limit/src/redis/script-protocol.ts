@@ -90,15 +90,6 @@ export interface DecodedReply<D extends LayoutDeclaration> {
 export interface ScriptLayout<D extends LayoutDeclaration> {
   readonly name: string;
   readonly declaration: D;
-  /** Entries per part: the head's ARGV count includes the rule count when there is a rule part. */
-  readonly sizes: {
-    readonly headKeys: number;
-    readonly headArgs: number;
-    readonly ruleKeys: number;
-    readonly ruleArgs: number;
-    readonly replyHead: number;
-    readonly replyRule: number;
-  };
   /** Named values to the call's KEYS and ARGV. */
   encode(head: HeadInput<D>, rules?: readonly RuleInput<D>[]): EncodedCall;
   /**
@@ -119,10 +110,10 @@ export interface ScriptLayout<D extends LayoutDeclaration> {
   readonly lua: string;
 }
 
+/** Lua's reserved words, which cannot be table keys written as `name = ...`. */
 const LUA_KEYWORDS = new Set(
-  'and break do else elseif end false for function goto if in local nil not or repeat return then true until while'.split(
-    ' ',
-  ),
+  `and break do else elseif end false for function goto if in local
+   nil not or repeat return then true until while`.split(/\s+/),
 );
 
 /** Names become Lua table keys written as `name = ...`, so they must be plain identifiers. */
@@ -230,14 +221,6 @@ export function defineScriptLayout<const D extends LayoutDeclaration>(name: stri
   if (!hasRules && replyRule.length > 0) throw new Error(`Script layout ${name}: a rule reply without rules`);
 
   const headArgCount = headArgs.length + (hasRules ? 1 : 0);
-  const sizes = {
-    headKeys: headKeys.length,
-    headArgs: headArgCount,
-    ruleKeys: ruleKeys.length,
-    ruleArgs: ruleArgs.length,
-    replyHead: replyHead.length,
-    replyRule: replyRule.length,
-  };
 
   const lua: string[] = [
     `-- The ${name} script's call and reply, generated from its layout declaration: ` +
@@ -275,7 +258,6 @@ export function defineScriptLayout<const D extends LayoutDeclaration>(name: stri
   return {
     name,
     declaration,
-    sizes,
     lua: `\n${lua.join('\n')}\n`,
     encode(head, rules = []) {
       const h = head as Record<string, unknown>;
