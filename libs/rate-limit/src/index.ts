@@ -56,6 +56,7 @@ export {
 } from './store/rate-limit-store.js';
 export { MemoryRateLimitStore } from './store/memory-rate-limit.store.js';
 export { rateLimitKey, rateLimitKeys, keysBeside, type RateLimitKeysBeside } from './store/key-layout.js';
+export { STORED_FIELDS, STORED_TYPES } from './algorithms/stored-fields.js';
 
 // Redis.
 export { RedisService, RedisTimeoutError } from './redis/redis.service.js';
