@@ -126,7 +126,17 @@ describe('bad module options fail when the module is declared', () => {
     [{ storeErrors: { polcy: 'deny' } }, 'storeErrors.polcy'],
     [{ logging: { intervalMs: -1 } }, 'logging.intervalMs'],
     [{ memoryStore: { maxKeys: 1.5 } }, 'memoryStore.maxKeys'],
+    [{ configCentre: { get: () => undefined } }, 'configCentre'],
   ])('rejects %j', (options, field) => {
     expect(() => RateLimitModule.forRoot(options as never)).toThrow(`RateLimitModule options: '${field}'`);
+  });
+
+  it('says where an option of 0.1 went, and lists the fields a group takes', () => {
+    expect(() => RateLimitModule.forRoot({ redisTimeoutMs: 100 } as never)).toThrow(
+      "RateLimitModule options: 'redisTimeoutMs' is now 'storeErrors.timeoutMs'",
+    );
+    expect(() => RateLimitModule.forRoot({ storeErrors: { polcy: 'deny' } } as never)).toThrow(
+      "'storeErrors.polcy' is no option (known: policy, timeoutMs, circuitBreaker, localFallback, status)",
+    );
   });
 });

@@ -23,7 +23,11 @@ if (repairTtlMs === undefined) throw new Error(`--ttl: '${values.ttl}' is not a 
 const redis = redisOptionsFromEnv();
 if (redis === undefined) throw new Error('Set REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES');
 // The library's own connection: the same clients and fail-fast defaults as in an app.
-const options = { redis, keyPrefix: process.env.RATE_LIMIT_PREFIX || undefined, storeErrors: { circuitBreaker: false as const } };
+const options = {
+  redis,
+  keyPrefix: process.env.RATE_LIMIT_PREFIX || undefined,
+  storeErrors: { circuitBreaker: false as const },
+};
 const resolved = resolveModuleOptions(options);
 const service = new RedisService(options, resolved);
 

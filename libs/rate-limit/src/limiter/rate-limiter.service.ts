@@ -105,9 +105,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     cost = 1,
   ): Promise<RateLimitOutcome> {
     const resolved = this.rulesOf(rules, 'consume');
-    if (typeof identity !== 'string' || identity === '') {
-      throw new RateLimitConfigurationError(`RateLimiterService.consume: 'identity' must be a non-empty string`);
-    }
+    checkIdentity(identity, 'consume');
     if (!Number.isSafeInteger(cost) || cost < 0) {
       throw new RateLimitConfigurationError(
         `RateLimiterService.consume: 'cost' must be a whole number >= 0, got ${cost}`,
@@ -125,6 +123,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
    * flood of identities until that would have ended; see `MemoryRateLimitStore`.)
    */
   async reset(rules: RateLimitRuleRef | readonly RateLimitRuleRef[], identity: string): Promise<void> {
+    checkIdentity(identity, 'reset');
     const keys = this.rulesOf(rules, 'reset').map((rule) => this.hits.keyOf(rule, identity));
     await this.store.reset(keys);
     this.inFlight.settled(keys);
@@ -215,7 +214,9 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       let rule = this.givenRules.get(ref);
       if (!rule) {
         const subject = `RateLimiterService.${method}: rule ${JSON.stringify(ref?.name)}`;
-        rule = validateRule(ref, `RateLimiterService.${method}`, undefined, subject);
+        // Without `by`, the identity counts as the caller gives it (not as a client address).
+        const options = typeof ref === 'object' && ref !== null ? { by: identityAsGiven, ...ref } : ref;
+        rule = validateRule(options, `RateLimiterService.${method}`, undefined, subject);
         this.givenRules.set(ref, rule);
       }
       return rule;
@@ -227,6 +228,17 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     const { clock } = this.options;
     return clock ? Math.floor(clock()) : undefined;
   }
+}
+
+function checkIdentity(identity: unknown, method: string): void {
+  if (typeof identity !== 'string' || identity === '') {
+    throw new RateLimitConfigurationError(`RateLimiterService.${method}: 'identity' must be a non-empty string`);
+  }
+}
+
+/** The `by` of a rule given as options without one: only ever asked outside HTTP, where the caller names the identity. */
+function identityAsGiven(): string {
+  throw new Error('A rule given to RateLimiterService has no HTTP identity');
 }
 
 /**

@@ -1,3 +1,4 @@
+import { RateLimitConfigCentre } from '../config-centre/rate-limit-config-centre.js';
 import { HEADER_STYLES } from '../http/rate-limit-headers.js';
 import type { SampledLogLevel } from '../logging/sampled-logger.js';
 import { STORE_ERROR_POLICIES } from '../resilience/store-error-policy.js';
@@ -75,6 +76,18 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
     !(typeof store === 'function' && store.prototype instanceof RateLimitStore)
   ) {
     fail('store', 'must be an instance of a class extending RateLimitStore, or such a class', typeof store);
+  }
+  const { configCentre } = options;
+  if (
+    configCentre !== undefined &&
+    !(configCentre instanceof RateLimitConfigCentre) &&
+    !(typeof configCentre === 'function' && configCentre.prototype instanceof RateLimitConfigCentre)
+  ) {
+    fail(
+      'configCentre',
+      'must be an instance of a class extending RateLimitConfigCentre, or such a class',
+      typeof configCentre,
+    );
   }
   const keyPrefix = options.keyPrefix ?? D.keyPrefix;
   if (typeof keyPrefix !== 'string' || !KEY_PREFIX.test(keyPrefix)) {

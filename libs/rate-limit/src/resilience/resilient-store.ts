@@ -31,7 +31,8 @@ export interface ResilientConsumption extends RateLimitConsumption {
  * `'local'` rules are decided together by the local fallback, from what the store last reported.
  * Once the store answers again, what the fallback admitted meanwhile is recorded in it.
  *
- * A store in this process (`shared: false`) cannot fail that way: it is used as it is.
+ * A store in this process (`shared: false`) has no fallback and nothing to record: should it fail,
+ * `'local'` rules admit as `'allow'` ones do.
  */
 export class ResilientStore {
   private readonly fallback: LocalFallback | undefined;

@@ -48,7 +48,7 @@ export interface RateLimitOptions {
    * a broken stream). The others are refunded when the response ends.
    */
   countOn?: RateLimitCountOn;
-  /** What this rule decides when the store fails; default: the module's `onStoreError`. */
+  /** What this rule decides when the store fails; default: the module's `storeErrors.policy`. */
   onStoreError?: RateLimitStoreErrorPolicy;
 }
 
