@@ -15,7 +15,7 @@ import request from 'supertest';
 import { afterAll, beforeAll, describe, it } from 'vitest';
 import { RateLimit } from 'nest-rate-limit';
 import { type RedisSentinelSet, startRedisSentinelSet } from '../test/support/redis-server.js';
-import { admittedPerWindow, pacedTraffic } from '../test/support/paced-traffic.js';
+import { admittedPerWindow, paced } from '../test/support/traffic.js';
 import { createTestApp, uniquePrefix } from '../test/support/test-app.js';
 
 const LIMIT = 100;
@@ -68,7 +68,7 @@ describe('failover with lost writes', () => {
     await sentinel.subscribe('+switch-master');
     const events: string[] = [];
     started = performance.now();
-    const samples = await pacedTraffic({
+    const { samples } = await paced({
       durationMs: RUN_MS,
       ratePerS: RATE_PER_S,
       send: () => request(app.getHttpServer()).get('/route'),
@@ -89,7 +89,7 @@ describe('failover with lost writes', () => {
         },
       ],
     });
-    // pacedTraffic's clock starts within a millisecond of `started`.
+    // paced's clock starts within a millisecond of `started`.
     const back = samples
       .filter((s) => s.fromRedis && s.answeredAt > KILL_AT_MS)
       .map((s) => s.answeredAt)

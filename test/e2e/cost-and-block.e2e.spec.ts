@@ -1,8 +1,8 @@
 import { Controller, type ExecutionContext, Get, type INestApplication } from '@nestjs/common';
 import request from 'supertest';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { RateLimit } from 'nest-rate-limit';
-import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { describeStores } from '../support/matrix.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
 
 /** Cost: the upload size in MB, from a header. */
@@ -30,28 +30,20 @@ class FeaturesController {
   }
 }
 
-let server: RedisServer | undefined;
-const stores = [
-  { name: 'Redis', url: async () => (server ??= await startRedisServer()).url },
-  { name: 'memory', url: () => Promise.resolve(undefined) },
-];
-
-describe.each(stores)('costs, penalties and bursts: $name store', ({ url }) => {
+describeStores('costs, penalties and bursts', (store) => {
   let app: INestApplication;
 
   beforeAll(async () => {
     vi.useFakeTimers({ toFake: ['Date'] });
     app = await createTestApp({
       controllers: [FeaturesController],
-      rateLimit: { redis: await url(), keyPrefix: uniquePrefix(), clock: () => Date.now() },
+      rateLimit: { redis: await store.redis(), keyPrefix: uniquePrefix(), clock: () => Date.now() },
     });
   });
 
   afterAll(async () => {
     vi.useRealTimers();
     await app?.close();
-    await server?.stop();
-    server = undefined;
   });
 
   it('consumes the cost a function computes, and rejects a cost that does not fit', async () => {

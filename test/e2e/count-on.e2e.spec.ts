@@ -17,10 +17,11 @@ import {
 import type { ServerResponse } from 'node:http';
 import { type Observable, TimeoutError, catchError, throwError, timeout } from 'rxjs';
 import request from 'supertest';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { RateLimit, RateLimitInterceptor } from 'nest-rate-limit';
-import { type RedisServer, startRedisServer } from '../support/redis-server.js';
-import { PLATFORMS, createTestApp, uniquePrefix } from '../support/test-app.js';
+import { describeStoresAndPlatforms } from '../support/matrix.js';
+import { createTestApp, uniquePrefix } from '../support/test-app.js';
+import { sequential } from '../support/traffic.js';
 
 /** Turns a handler slower than 50 ms into a 408, as a timeout interceptor in an app would. */
 @Injectable()
@@ -95,32 +96,25 @@ class CountOnController {
   }
 }
 
-let server: RedisServer | undefined;
-const matrix = [
-  { store: 'Redis', url: async () => (server ??= await startRedisServer()).url },
-  { store: 'memory', url: () => Promise.resolve(undefined) },
-].flatMap((store) => PLATFORMS.map((platform) => ({ ...store, platform })));
-
-describe.each(matrix)('countOn refunds: $store store, $platform', ({ url, platform }) => {
+describeStoresAndPlatforms('countOn refunds', (store, platform) => {
   let app: INestApplication;
 
   beforeAll(async () => {
     app = await createTestApp({
       platform,
       controllers: [CountOnController],
-      rateLimit: { redis: await url(), keyPrefix: uniquePrefix() },
+      rateLimit: { redis: await store.redis(), keyPrefix: uniquePrefix() },
     });
   });
 
   afterAll(async () => {
     await app?.close();
-    await server?.stop();
-    server = undefined;
   });
 
   it("'failure': successful requests are refunded, failed ones count", async () => {
     const http = request(app.getHttpServer());
-    for (let i = 0; i < 5; i += 1) await http.get('/count-on/login').query({ password: 'right' }).expect(200);
+    const right = await sequential(5, () => http.get('/count-on/login').query({ password: 'right' }));
+    expect(right.statuses).toEqual(Array(5).fill(200));
     await http.get('/count-on/login').query({ password: 'wrong' }).expect(401);
     await http.get('/count-on/login').query({ password: 'wrong' }).expect(401);
     await http.get('/count-on/login').query({ password: 'right' }).expect(429);
@@ -140,14 +134,16 @@ describe.each(matrix)('countOn refunds: $store store, $platform', ({ url, platfo
   it('refunds once when the interceptor is registered twice', async () => {
     const http = request(app.getHttpServer());
     await http.get('/count-on/twice').query({ password: 'wrong' }).expect(401);
-    for (let i = 0; i < 3; i += 1) await http.get('/count-on/twice').query({ password: 'right' }).expect(200);
+    const right = await sequential(3, () => http.get('/count-on/twice').query({ password: 'right' }));
+    expect(right.statuses).toEqual([200, 200, 200]);
     await http.get('/count-on/twice').query({ password: 'wrong' }).expect(401);
     await http.get('/count-on/twice').query({ password: 'right' }).expect(429);
   });
 
   it("'success': requests a later guard refuses are refunded", async () => {
     const http = request(app.getHttpServer());
-    for (let i = 0; i < 3; i += 1) await http.get('/count-on/guarded').query({ deny: '' }).expect(403);
+    const denied = await sequential(3, () => http.get('/count-on/guarded').query({ deny: '' }));
+    expect(denied.statuses).toEqual([403, 403, 403]);
     await http.get('/count-on/guarded').expect(200);
     await http.get('/count-on/guarded').expect(200);
     await http.get('/count-on/guarded').expect(429);

@@ -1,27 +1,22 @@
 import type { INestApplication } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import request from 'supertest';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 import { AppModule } from '../../apps/demo/src/app.module.js';
-import { statuses } from '../support/http.js';
-import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { describeStores } from '../support/matrix.js';
 import { uniquePrefix } from '../support/test-app.js';
-
-let server: RedisServer | undefined;
+import { statuses } from '../support/traffic.js';
 
 const repeat = (status: number, n: number) => Array.from({ length: n }, () => status);
 
-describe.each(['Redis', 'embedded'])('the demo app’s documented endpoints (%s store)', (storeName) => {
+describeStores('the demo app’s documented endpoints', (store) => {
   let app: INestApplication;
   const env = { ...process.env };
 
   beforeAll(async () => {
-    if (storeName === 'Redis') {
-      server ??= await startRedisServer();
-      process.env.REDIS_URL = server.url;
-    } else {
-      delete process.env.REDIS_URL;
-    }
+    const url = await store.redis();
+    if (url) process.env.REDIS_URL = url;
+    else delete process.env.REDIS_URL;
     process.env.RATE_LIMIT_PREFIX = uniquePrefix();
   });
 
@@ -30,10 +25,8 @@ describe.each(['Redis', 'embedded'])('the demo app’s documented endpoints (%s 
     process.env = { ...env, REDIS_URL: process.env.REDIS_URL, RATE_LIMIT_PREFIX: uniquePrefix() };
   });
 
-  afterAll(async () => {
+  afterAll(() => {
     process.env = env;
-    await server?.stop();
-    server = undefined;
   });
 
   async function start(extraEnv: Record<string, string> = {}) {

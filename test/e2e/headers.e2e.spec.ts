@@ -2,7 +2,8 @@ import { Controller, Get, type INestApplication } from '@nestjs/common';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RateLimit, RateLimitConfigurationError, RateLimitModule, type RateLimitHeaderStyle } from 'nest-rate-limit';
-import { PLATFORMS, createTestApp, uniquePrefix } from '../support/test-app.js';
+import { describePlatforms } from '../support/matrix.js';
+import { createTestApp, uniquePrefix } from '../support/test-app.js';
 
 @Controller('headers')
 @RateLimit({ name: 'route', count: 100, window: '1m', by: 'global' })
@@ -16,7 +17,7 @@ class HeadersController {
 
 const RATE_LIMIT_HEADERS = /^(x-)?ratelimit/;
 
-describe.each(PLATFORMS)('rate-limit header styles (%s)', (platform) => {
+describePlatforms('rate-limit header styles', (platform) => {
   let app: INestApplication;
   const start = async (headers?: RateLimitHeaderStyle) => {
     app = await createTestApp({

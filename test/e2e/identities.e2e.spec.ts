@@ -2,10 +2,11 @@ import { Controller, type ExecutionContext, Get, type INestApplication } from '@
 import type { Redis } from 'ioredis';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RateLimit } from 'nest-rate-limit';
+import { RateLimit, rateLimitKey, rateLimitKeys } from 'nest-rate-limit';
 import { LogCapture } from '../support/log-capture.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
+import { sequential } from '../support/traffic.js';
 
 /** The identity is whatever the client puts in `?u=`; `?none` gives undefined, `?null` gives null. */
 function fromQuery(context: ExecutionContext): string {
@@ -65,17 +66,16 @@ describe('hostile identities', () => {
   it('never collide, never fail with 500, and keep every key small with a slot the library chose', async () => {
     const http = request(app.getHttpServer());
     // Limit 1: each identity's first request is admitted only if no other identity shares its counter.
-    for (const identity of hostile) {
-      await http.get('/who').query({ u: identity }).expect(200);
-    }
-    for (const identity of hostile) {
-      await http.get('/who').query({ u: identity }).expect(429);
-    }
+    const send = (i: number) => http.get('/who').query({ u: hostile[i] });
+    expect((await sequential(hostile.length, send)).statuses).toEqual(hostile.map(() => 200));
+    expect((await sequential(hostile.length, send)).statuses).toEqual(hostile.map(() => 429));
     const all = await redis.keys(`${prefix}:*`);
     // A counter per identity, and its marker (limit 1: the window is full at once).
-    const keys = all.filter((key) => key.endsWith(':fw'));
+    const layout = hostile.map((identity) => rateLimitKeys(prefix, 'who', identity, 'fixed-window'));
+    const keys = all.filter((key) => layout.some((documented) => documented.key === key));
     expect(keys).toHaveLength(hostile.length);
     expect(all).toHaveLength(2 * hostile.length);
+    expect([...all].sort()).toEqual(layout.flatMap(({ key, markerKey }) => [key, markerKey]).sort());
     for (const key of all) {
       expect(key.length).toBeLessThanOrEqual(120);
       expect(key).toMatch(new RegExp(`^${prefix}:\\{[A-Za-z0-9._:#~/-]+\\}:who:(fw|mark)$`));
@@ -88,7 +88,7 @@ describe('hostile identities', () => {
     await http.get('/who').query({ none: '' }).expect(200);
     await http.get('/who').query({ null: '' }).expect(429);
     await http.get('/who').query({ u: '' }).expect(429);
-    expect(await redis.exists(`${prefix}:{~anonymous}:who:fw`)).toBe(1);
+    expect(await redis.exists(rateLimitKey(prefix, 'who', null, 'fixed-window'))).toBe(1);
     // A client claiming the literal identity '~anonymous' got a counter of its own (tested above).
     expect(logs.at('warn', /'by' returned/)).toHaveLength(1);
     expect(logs.at('warn', /'by' returned/)[0]).toContain("share one '~anonymous' counter of rule who");

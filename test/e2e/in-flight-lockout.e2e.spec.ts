@@ -4,8 +4,10 @@ import type { AddressInfo } from 'node:net';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RateLimit } from 'nest-rate-limit';
+import { describeStores, describeStoresAndPlatforms } from '../support/matrix.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
-import { PLATFORMS, createTestApp, uniquePrefix } from '../support/test-app.js';
+import { createTestApp, uniquePrefix } from '../support/test-app.js';
+import { burst, sequential } from '../support/traffic.js';
 
 /** The time a password check takes (a slow hash), so concurrent logins really are in flight together. */
 const CHECK_MS = 20;
@@ -28,113 +30,101 @@ class LoginController {
   }
 }
 
-let server: RedisServer | undefined;
-const matrix = [
-  { store: 'Redis', url: async () => (server ??= await startRedisServer()).url },
-  { store: 'memory', url: () => Promise.resolve(undefined) },
-].flatMap((store) => PLATFORMS.map((platform) => ({ ...store, platform })));
-
-describe.each(matrix)(
-  'a blockFor penalty starts only on settled outcomes: $store store, $platform',
-  ({ url, platform }) => {
-    let app: INestApplication;
-    let users = 0;
-    const user = () => `user-${(users += 1)}`;
-
-    beforeAll(async () => {
-      app = await createTestApp({
-        platform,
-        controllers: [LoginController],
-        rateLimit: { redis: await url(), keyPrefix: uniquePrefix() },
-      });
-      await app.listen(0, '127.0.0.1');
-    });
-
-    afterAll(async () => {
-      await app?.close();
-      await server?.stop();
-      server = undefined;
-    });
-
-    const login = (name: string, password: string) =>
-      request(app.getHttpServer())
-        .get('/in-flight/login')
-        .query({ user: name, password })
-        .then((response) => response.status);
-
-    const concurrently = (n: number, name: string, password: string) =>
-      Promise.all(Array.from({ length: n }, () => login(name, password)));
-
-    it.each([10, 50])('%i concurrent right-password logins all succeed and lock nobody out', async (n) => {
-      const name = user();
-      expect(await concurrently(n, name, 'right')).toEqual(Array.from({ length: n }, () => 200));
-      // The whole budget of failures is still there.
-      for (let i = 0; i < 3; i += 1) expect(await login(name, 'wrong')).toBe(401);
-      expect(await login(name, 'right')).toBe(429);
-    });
-
-    it('10 concurrent wrong passwords: exactly 3 are checked, then the lockout starts', async () => {
-      const name = user();
-      const statuses = await concurrently(10, name, 'wrong');
-      expect(statuses.filter((status) => status === 401)).toHaveLength(3);
-      expect(statuses.filter((status) => status === 429)).toHaveLength(7);
-      expect(await login(name, 'right')).toBe(429);
-    });
-
-    it('settled failures above the limit lock out, as before', async () => {
-      const name = user();
-      for (let i = 0; i < 3; i += 1) expect(await login(name, 'wrong')).toBe(401);
-      expect(await login(name, 'wrong')).toBe(429);
-      expect(await login(name, 'right')).toBe(429);
-    });
-
-    it('a client that goes away before its answer counts as a failure: disconnecting escapes nothing', async () => {
-      const name = user();
-      const { port } = app.getHttpServer().address() as AddressInfo;
-      for (let i = 0; i < 3; i += 1) {
-        await new Promise<void>((resolve) => {
-          const sent = httpRequest({
-            host: '127.0.0.1',
-            port,
-            path: `/in-flight/login?user=${name}&password=guess${i}`,
-          });
-          sent.on('error', () => resolve());
-          sent.on('close', () => resolve());
-          // Gone while the password is being checked.
-          sent.end(() => setTimeout(() => sent.destroy(), CHECK_MS / 2));
-        });
-      }
-      // Even the right password is refused now: the three guesses counted, and the fourth attempt locks out.
-      expect(await login(name, 'right')).toBe(429);
-    });
-  },
-);
-
-describe.each(['Redis', 'memory'])('admissions that end unseen still end (%s store, fake clock)', (storeName) => {
+describeStoresAndPlatforms('a blockFor penalty starts only on settled outcomes', (store, platform) => {
   let app: INestApplication;
-  let redis: RedisServer | undefined;
-  let now = 1_800_000_000_000;
+  let users = 0;
+  const user = () => `user-${(users += 1)}`;
 
   beforeAll(async () => {
-    if (storeName === 'Redis') redis = await startRedisServer();
     app = await createTestApp({
+      platform,
       controllers: [LoginController],
-      rateLimit: { redis: redis?.url, keyPrefix: uniquePrefix(), clock: () => now, storeErrors: { timeoutMs: 50 } },
+      rateLimit: { redis: await store.redis(), keyPrefix: uniquePrefix() },
     });
     await app.listen(0, '127.0.0.1');
   });
 
   afterAll(async () => {
-    if (redis) process.kill(redis.pid, 'SIGCONT');
     await app?.close();
-    await redis?.stop();
   });
 
+  const attempt = (name: string, password: string) =>
+    request(app.getHttpServer()).get('/in-flight/login').query({ user: name, password });
+
+  const login = (name: string, password: string) => attempt(name, password).then((response) => response.status);
+
+  it.each([10, 50])('%i concurrent right-password logins all succeed and lock nobody out', async (n) => {
+    const name = user();
+    const { statuses } = await burst(n, () => attempt(name, 'right'));
+    expect(statuses).toEqual(Array.from({ length: n }, () => 200));
+    // The whole budget of failures is still there.
+    expect((await sequential(3, () => attempt(name, 'wrong'))).statuses).toEqual([401, 401, 401]);
+    expect(await login(name, 'right')).toBe(429);
+  });
+
+  it('10 concurrent wrong passwords: exactly 3 are checked, then the lockout starts', async () => {
+    const name = user();
+    const { statuses } = await burst(10, () => attempt(name, 'wrong'));
+    expect(statuses.filter((status) => status === 401)).toHaveLength(3);
+    expect(statuses.filter((status) => status === 429)).toHaveLength(7);
+    expect(await login(name, 'right')).toBe(429);
+  });
+
+  it('settled failures above the limit lock out, as before', async () => {
+    const name = user();
+    expect((await sequential(3, () => attempt(name, 'wrong'))).statuses).toEqual([401, 401, 401]);
+    expect(await login(name, 'wrong')).toBe(429);
+    expect(await login(name, 'right')).toBe(429);
+  });
+
+  it('a client that goes away before its answer counts as a failure: disconnecting escapes nothing', async () => {
+    const name = user();
+    const { port } = app.getHttpServer().address() as AddressInfo;
+    for (let i = 0; i < 3; i += 1) {
+      await new Promise<void>((resolve) => {
+        const sent = httpRequest({
+          host: '127.0.0.1',
+          port,
+          path: `/in-flight/login?user=${name}&password=guess${i}`,
+        });
+        sent.on('error', () => resolve());
+        sent.on('close', () => resolve());
+        // Gone while the password is being checked.
+        sent.end(() => setTimeout(() => sent.destroy(), CHECK_MS / 2));
+      });
+    }
+    // Even the right password is refused now: the three guesses counted, and the fourth attempt locks out.
+    expect(await login(name, 'right')).toBe(429);
+  });
+});
+
+describeStores('admissions that end unseen still end (fake clock)', (store) => {
+  let app: INestApplication;
+  let now = 1_800_000_000_000;
+
+  beforeAll(async () => {
+    app = await createTestApp({
+      controllers: [LoginController],
+      rateLimit: {
+        redis: await store.redis(),
+        keyPrefix: uniquePrefix(),
+        clock: () => now,
+        storeErrors: { timeoutMs: 50 },
+      },
+    });
+    await app.listen(0, '127.0.0.1');
+  });
+
+  afterAll(async () => {
+    await app?.close();
+  });
+
+  const attempt = (user: string, password: string, ms = CHECK_MS) =>
+    request(app.getHttpServer()).get('/in-flight/login').query({ user, password, ms });
+
+  // Sent at once, not a microtask later: the slow logins below must reach the app before the guess.
   const login = (user: string, password: string, ms = CHECK_MS) =>
-    request(app.getHttpServer())
-      .get('/in-flight/login')
-      .query({ user, password, ms })
-      .then((response) => response.status);
+    attempt(user, password, ms).then((response) => response.status);
 
   it('a client gone while its request waited for admissions in flight: it stops waiting, is not counted, and nothing leaks', async () => {
     const user = 'waited-and-left';
@@ -151,7 +141,7 @@ describe.each(['Redis', 'memory'])('admissions that end unseen still end (%s sto
     expect(await slow).toEqual([200, 200, 200]);
     // The whole failure budget is left, and the fourth failure starts the lockout at once (an
     // admission left in flight would make it provisional: no lockout).
-    for (let i = 0; i < 3; i += 1) expect(await login(user, 'wrong')).toBe(401);
+    expect((await sequential(3, () => attempt(user, 'wrong'))).statuses).toEqual([401, 401, 401]);
     expect(await login(user, 'wrong')).toBe(429);
     now += 61_000;
     // The window is over, the 5-minute lockout is not.

@@ -2,11 +2,13 @@ import { Controller, type ExecutionContext, Get, type INestApplication } from '@
 import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import request from 'supertest';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { RateLimit } from 'nest-rate-limit';
 import { LogCapture } from '../support/log-capture.js';
-import { type RedisServer, startRedisServer } from '../support/redis-server.js';
-import { PLATFORMS, createTestApp, uniquePrefix } from '../support/test-app.js';
+import { describePlatforms, sharedRedis } from '../support/matrix.js';
+import type { RedisServer } from '../support/redis-server.js';
+import { createTestApp, uniquePrefix } from '../support/test-app.js';
+import { burst, sequential } from '../support/traffic.js';
 
 const byTenant = (context: ExecutionContext) =>
   context.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers['x-tenant'];
@@ -47,15 +49,14 @@ const written = (logs: LogCapture) =>
     (line) => !['NestFactory', 'InstanceLoader', 'RoutesResolver', 'RouterExplorer'].includes(line.context ?? ''),
   );
 
-let server: RedisServer | undefined;
-
-describe.each(PLATFORMS)('nothing a client does writes a log line of its own (%s)', (platform) => {
+describePlatforms('nothing a client does writes a log line of its own', (platform) => {
+  let server: RedisServer;
   let app: INestApplication;
   let port: number;
   const logs = new LogCapture();
 
   beforeAll(async () => {
-    server ??= await startRedisServer();
+    server = await sharedRedis();
     app = await createTestApp({
       platform,
       controllers: [FloodController],
@@ -69,10 +70,6 @@ describe.each(PLATFORMS)('nothing a client does writes a log line of its own (%s
 
   afterAll(async () => {
     await app?.close();
-    if (platform === PLATFORMS.at(-1)) {
-      await server?.stop();
-      server = undefined;
-    }
   });
 
   it('2,000 requests reset or half-closed at once: no 500, no ERROR, a bounded number of lines', async () => {
@@ -101,15 +98,12 @@ describe.each(PLATFORMS)('nothing a client does writes a log line of its own (%s
       { 'x-tenant': '' },
       { 'x-tenant': 'caf\u00e9 \u00e8' },
     ];
-    const responses = await Promise.all(
-      Array.from({ length: 700 }, (_, i) =>
-        request(app.getHttpServer())
-          .get(i % 2 === 0 ? '/flood/ip' : '/flood/tenant')
-          .set(hostile[i % hostile.length])
-          .then((response) => response.status),
-      ),
+    const { statuses } = await burst(700, (i) =>
+      request(app.getHttpServer())
+        .get(i % 2 === 0 ? '/flood/ip' : '/flood/tenant')
+        .set(hostile[i % hostile.length]),
     );
-    expect(responses.filter((status) => status >= 500)).toEqual([]);
+    expect(statuses.filter((status) => status >= 500)).toEqual([]);
     const lines = written(logs).slice(before);
     expect(lines.filter((line) => line.level === 'error')).toEqual([]);
     expect(lines.length).toBeLessThanOrEqual(20);
@@ -117,23 +111,16 @@ describe.each(PLATFORMS)('nothing a client does writes a log line of its own (%s
 
   it('a Redis outage under traffic writes a few sampled lines whose counts add up, not one per request or transition', async () => {
     const before = written(logs).length;
-    process.kill(server!.pid, 'SIGSTOP');
+    process.kill(server.pid, 'SIGSTOP');
     try {
-      // 3 s of traffic: about 12 open/half-open cycles of the breaker, hundreds of failed calls.
-      const until = performance.now() + 3_000;
-      let sent = 0;
-      while (performance.now() < until && sent < 5_000) {
-        await Promise.all(
-          Array.from({ length: 20 }, (_, i) =>
-            request(app.getHttpServer())
-              .get('/flood/tenant')
-              .set('x-tenant', `outage-${sent + i}`),
-          ),
-        );
-        sent += 20;
-      }
+      // 3 s of traffic from 20 clients at a time: about 12 open/half-open cycles of the breaker,
+      // hundreds of failed calls.
+      await sequential(5_000, (i) => request(app.getHttpServer()).get('/flood/tenant').set('x-tenant', `outage-${i}`), {
+        clients: 20,
+        durationMs: 3_000,
+      });
     } finally {
-      process.kill(server!.pid, 'SIGCONT');
+      process.kill(server.pid, 'SIGCONT');
     }
     await app.close();
     const lines = written(logs).slice(before);

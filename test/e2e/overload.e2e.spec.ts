@@ -7,6 +7,7 @@ import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RedisServer, freePort, startRedisServer } from '../support/redis-server.js';
 import { uniquePrefix } from '../support/test-app.js';
+import { type Answer, burst } from '../support/traffic.js';
 
 /**
  * The incident: three instances on one idle Redis, bursts of 200 concurrent requests, event loops
@@ -86,12 +87,12 @@ async function startStalledDemo(env: Record<string, string>, started: DemoProces
   });
 }
 
-/** One GET through the shared keep-alive agent; resolves with the status once the body is read. */
-function get(agent: Agent, url: string, clientAddress: string): Promise<number> {
+/** One GET through the shared keep-alive agent; resolves once the body is read. */
+function get(agent: Agent, url: string, clientAddress: string): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const req = request(url, { agent, headers: { 'x-forwarded-for': clientAddress } }, (res) => {
       res.resume();
-      res.once('end', () => resolve(res.statusCode!));
+      res.once('end', () => resolve({ status: res.statusCode!, headers: res.headers }));
       res.once('error', reject);
     });
     req.once('error', reject);
@@ -100,14 +101,14 @@ function get(agent: Agent, url: string, clientAddress: string): Promise<number> 
 }
 
 /** `BURST_SIZE` concurrent requests from one client address, spread over the instances: count per status. */
-async function burst(
+async function burstOver(
   agent: Agent,
   demos: readonly DemoProcess[],
   path: string,
   clientAddress: string,
 ): Promise<Map<number, number>> {
-  const statuses = await Promise.all(
-    Array.from({ length: BURST_SIZE }, (_, i) => get(agent, `${demos[i % demos.length].url}${path}`, clientAddress)),
+  const { statuses } = await burst(BURST_SIZE, (i) =>
+    get(agent, `${demos[i % demos.length].url}${path}`, clientAddress),
   );
   const counts = new Map<number, number>();
   for (const status of statuses) counts.set(status, (counts.get(status) ?? 0) + 1);
@@ -211,8 +212,8 @@ describe('three instances with stalled event loops on one idle Redis', () => {
       // A /ip and a /multi burst at once, each from a client address of its own (documentation
       // ranges), halve the run; the instances see 400 concurrent requests: more load, not less.
       const [ipCounts, multiCounts] = await Promise.all([
-        burst(agent, demos, '/ip', `198.51.100.${i + 1}`),
-        burst(agent, demos, '/multi', `203.0.113.${i + 1}`),
+        burstOver(agent, demos, '/ip', `198.51.100.${i + 1}`),
+        burstOver(agent, demos, '/multi', `203.0.113.${i + 1}`),
       ]);
       for (const [route, counts] of [
         ['/ip', ipCounts],

@@ -1,9 +1,9 @@
 import { Controller, Get, type INestApplication, UseGuards } from '@nestjs/common';
 import request from 'supertest';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { RateLimit, RateLimitGuard, SkipRateLimit } from 'nest-rate-limit';
-import { type RedisServer, startRedisServer } from '../support/redis-server.js';
-import { PLATFORMS, createTestApp, uniquePrefix } from '../support/test-app.js';
+import { describePlatforms, describeStoresAndPlatforms } from '../support/matrix.js';
+import { createTestApp, uniquePrefix } from '../support/test-app.js';
 
 @Controller('limited')
 class LimitedController {
@@ -65,32 +65,22 @@ class ShopController {
   }
 }
 
-let server: RedisServer | undefined;
-
-const stores = [
-  { name: 'Redis', url: async () => (server ??= await startRedisServer()).url },
-  { name: 'embedded memory', url: () => Promise.resolve(undefined) },
-];
-const matrix = stores.flatMap((store) => PLATFORMS.map((platform) => ({ ...store, platform })));
-
 // Time comes from the module's `clock` option, driven by a fake Date, so windows end when the test says.
-describe.each(matrix)('rate limiting over HTTP: $name store, $platform', (store) => {
+describeStoresAndPlatforms('rate limiting over HTTP', (store, platform) => {
   let app: INestApplication;
 
   beforeAll(async () => {
     vi.useFakeTimers({ toFake: ['Date'] });
     app = await createTestApp({
-      platform: store.platform,
+      platform,
       controllers: [LimitedController, ShopController, MultiController],
-      rateLimit: { redis: await store.url(), keyPrefix: uniquePrefix(), clock: () => Date.now() },
+      rateLimit: { redis: await store.redis(), keyPrefix: uniquePrefix(), clock: () => Date.now() },
     });
   });
 
   afterAll(async () => {
     vi.useRealTimers();
     await app?.close();
-    await server?.stop();
-    server = undefined;
   });
 
   it('admits 3 per second, then answers 429 with Retry-After, the headers and the JSON body, then admits again', async () => {
@@ -202,7 +192,7 @@ class ClientController {
   }
 }
 
-describe.each(PLATFORMS)('the client address on %s', (platform) => {
+describePlatforms('the client address', (platform) => {
   it('is the forwarded client when the app trusts its proxy', async () => {
     const app = await createTestApp({ platform, trustProxy: true, controllers: [ClientController] });
     try {

@@ -1,10 +1,12 @@
 import { Controller, type ExecutionContext, Get, type INestApplication } from '@nestjs/common';
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { RateLimit } from 'nest-rate-limit';
-import { statuses as statusesOf } from '../support/http.js';
+import { RateLimit, rateLimitKey } from 'nest-rate-limit';
+import { fixedWindowCount } from '../support/inspect.js';
+import { until } from '../support/poll.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
+import { sequential, statuses as statusesOf } from '../support/traffic.js';
 
 const byUser = (context: ExecutionContext) =>
   context.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers['x-user'];
@@ -126,17 +128,20 @@ describe('after an outage, Redis counts what the fallback admitted, once', () =>
     process.kill(server.pid, 'SIGSTOP');
     // The first call times out (and will still run in Redis); it opens the circuit, so the next
     // four never reach Redis. All five are admitted locally (10 / 2 instances).
-    for (let i = 0; i < 5; i += 1) await get().expect(200);
+    expect((await sequential(5, get)).statuses).toEqual([200, 200, 200, 200, 200]);
     process.kill(server.pid, 'SIGCONT');
     vi.setSystemTime(Date.now() + 1_000); // the breaker lets a probe through
     const back = await get().expect(200);
     expect(back.headers['ratelimit-limit']).toBe('10');
     // 1 timed-out call that ran late + 1 probe + 4 recorded = 6, never 10.
-    const key = `${prefix}:{returning}:PoliciesController.local:fw`;
+    const key = rateLimitKey(prefix, 'PoliciesController.local', 'returning', 'fixed-window');
     const redis = server.client();
-    await vi.waitUntil(async () => (await redis.hget(key, 'c')) === '6', { timeout: 5_000, interval: 20 });
-    const statuses: number[] = [];
-    for (let i = 0; i < 5; i += 1) statuses.push((await get()).status);
-    expect(statuses).toEqual([200, 200, 200, 200, 429]);
+    // The late call lands when Redis gets to it, on its own schedule.
+    await until(async () => (await fixedWindowCount(redis, key)) === 6, {
+      timeoutMs: 5_000,
+      intervalMs: 20,
+      what: `a count of 6 at ${key}`,
+    });
+    expect((await sequential(5, get)).statuses).toEqual([200, 200, 200, 200, 429]);
   });
 });

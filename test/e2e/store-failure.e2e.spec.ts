@@ -1,8 +1,10 @@
 import { Controller, Get, type INestApplication } from '@nestjs/common';
 import request from 'supertest';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { RateLimit } from 'nest-rate-limit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RateLimit, rateLimitKey } from 'nest-rate-limit';
+import { fixedWindowCount } from '../support/inspect.js';
 import { LogCapture } from '../support/log-capture.js';
+import { until } from '../support/poll.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
 
@@ -84,8 +86,13 @@ describe('when Redis stops answering, requests are decided by onStoreError withi
     // The timed-out calls were sent, so Redis still runs them when it wakes up (1 + 5 + 5), each
     // exactly once; wait for all of them to land, then the next request is the 12th.
     const redis = server.client();
-    const [key] = await redis.keys(`${prefix}:*:GuardedController.get:fw`);
-    await vi.waitUntil(async () => (await redis.hget(key, 'c')) === '11', { timeout: 5_000, interval: 20 });
+    // One client, supertest's: the rule counts by its address.
+    const key = rateLimitKey(prefix, 'GuardedController.get', '127.0.0.1', 'fixed-window');
+    await until(async () => (await fixedWindowCount(redis, key)) === 11, {
+      timeoutMs: 5_000,
+      intervalMs: 20,
+      what: `a count of 11 at ${key}`,
+    });
     await request(allowApp.getHttpServer()).get('/guarded').expect(200).expect('ratelimit-remaining', '88');
   });
 });

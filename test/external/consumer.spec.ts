@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { until } from '../support/poll.js';
 import { type RedisServer, freePort, startRedisServer } from '../support/redis-server.js';
 
 /**
@@ -108,10 +109,13 @@ async function boot(dir: string, env: Record<string, string>): Promise<{ url: st
     child.once('exit', (code) => reject(new Error(`the app exited with ${code}:\n${output}`)));
   });
   // The start-up line can come just before the socket accepts: wait until it does (bounded).
-  for (let attempt = 0; !(await accepts(port)); attempt += 1) {
-    if (attempt >= 100) throw new Error(`the app does not accept connections on ${port}:\n${output}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
+  await until(() => accepts(port), {
+    timeoutMs: 2_000,
+    intervalMs: 20,
+    what: `the app accepting connections on ${port}`,
+  }).catch((error: Error) => {
+    throw new Error(`${error.message}:\n${output}`);
+  });
   return { url: `http://127.0.0.1:${port}`, process: child };
 }
 
@@ -139,7 +143,8 @@ describe('the packed package in fresh apps outside the repository', () => {
     const copy = join(packDir, 'package');
     mkdirSync(copy);
     for (const file of ['package.json', 'LICENSE', 'CHANGELOG.md']) cpSync(join(PACKAGE, file), join(copy, file));
-    cpSync(join(ROOT, 'README.md'), join(copy, 'README.md'));
+    // What the package's prepack adds: the README and the docs it links to.
+    await run(process.execPath, [join(PACKAGE, 'scripts/bundle-docs.mjs'), copy]);
     const tsc = join(ROOT, 'node_modules/.bin/tsc');
     await run(tsc, ['-p', join(PACKAGE, 'tsconfig.build.json'), '--outDir', join(copy, 'dist')]);
     await run('npm', ['pack', '--ignore-scripts', '--pack-destination', packDir, '--loglevel=error'], { cwd: copy });
@@ -164,6 +169,8 @@ describe('the packed package in fresh apps outside the repository', () => {
     expect(files).toContain('package/dist/audit/audit-keys.cli.js');
     expect(files).toContain('package/LICENSE');
     expect(files).toContain('package/CHANGELOG.md');
+    expect(files).toContain('package/README.md');
+    expect(files).toContain('package/docs/options.md');
     expect(files.filter((file) => file.startsWith('package/src/') || file.includes('.spec.'))).toEqual([]);
   });
 

@@ -2,7 +2,9 @@ import { Logger } from '@nestjs/common';
 import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { RateLimitStore, RateLimitStoreErrorOptions } from 'nest-rate-limit';
+import { fixedWindowCount } from '../support/inspect.js';
 import { LogCapture } from '../support/log-capture.js';
+import { until } from '../support/poll.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createStore, hit } from '../support/store-module.js';
 import { uniquePrefix } from '../support/test-app.js';
@@ -65,7 +67,11 @@ describe('the circuit breaker in front of Redis', () => {
 
       process.kill(server.pid, 'SIGCONT');
       // The three timed-out calls were sent; let them land before counting what arrives.
-      await vi.waitUntil(async () => (await redis.hget(key, 'c')) === '4', { timeout: 5_000, interval: 20 });
+      await until(async () => (await fixedWindowCount(redis, key)) === 4, {
+        timeoutMs: 5_000,
+        intervalMs: 20,
+        what: `a count of 4 at ${key}`,
+      });
       await redis.config('RESETSTAT');
       for (let i = 0; i < 20; i += 1) expect(await failWhilePaused(store, key)).toBe('BrokenCircuitError');
       expect(scriptCalls(await redis.info('commandstats'))).toBe(0);

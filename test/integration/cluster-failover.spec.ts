@@ -4,8 +4,8 @@ import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RateLimit } from 'nest-rate-limit';
 import { type RedisCluster, startRedisCluster } from '../support/redis-server.js';
-import { admittedPerWindow, pacedTraffic } from '../support/paced-traffic.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
+import { admittedPerWindow, paced } from '../support/traffic.js';
 
 const LIMIT = 40;
 const WINDOW_MS = 4_000;
@@ -50,7 +50,7 @@ describe('a manual CLUSTER FAILOVER mid-traffic', () => {
       const replica = cluster.replicas[shard].client();
 
       // Offered at twice the limit, evenly, over three windows; the failover in the second.
-      const samples = await pacedTraffic({
+      const { samples } = await paced({
         durationMs: 3 * WINDOW_MS,
         ratePerS: RATE_PER_S,
         send: (i) => request(apps[i % 3].getHttpServer()).get('/shard'),

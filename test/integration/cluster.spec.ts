@@ -2,11 +2,13 @@ import { Controller, type ExecutionContext, Get, type INestApplication } from '@
 import { Cluster } from 'ioredis';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RateLimit, type RateLimitHit, type RateLimitStore } from 'nest-rate-limit';
+import { RateLimit, type RateLimitHit, type RateLimitStore, rateLimitKey } from 'nest-rate-limit';
+import { fixedWindowCount } from '../support/inspect.js';
 import { type RedisCluster, startRedisCluster } from '../support/redis-server.js';
 import { createStore, hit } from '../support/store-module.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
 import { LogCapture } from '../support/log-capture.js';
+import { burst, sequential } from '../support/traffic.js';
 
 const byUser = (context: ExecutionContext) =>
   context.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers['x-user'];
@@ -51,20 +53,17 @@ describe('on a 3-master Redis Cluster', () => {
       const servers = apps.map((app) => app.getHttpServer());
       let admitted = 0;
       for (let user = 0; user < 10; user += 1) {
-        const statuses = await Promise.all(
-          Array.from({ length: 20 }, (_, i) =>
-            request(servers[i % 3])
-              .get('/cluster')
-              .set('x-user', `u${user}`)
-              .then((r) => r.status),
-          ),
+        const { statuses } = await burst(20, (i) =>
+          request(servers[i % 3])
+            .get('/cluster')
+            .set('x-user', `u${user}`),
         );
         expect(statuses.filter((s) => s === 200)).toHaveLength(3);
         admitted += 3;
-        expect(await reader.hget(`${prefix}:{u${user}}:user:fw`, 'c')).toBe('3');
+        expect(await fixedWindowCount(reader, rateLimitKey(prefix, 'user', `u${user}`, 'fixed-window'))).toBe(3);
       }
       // The route rule lives in another slot; rejected requests were refunded there.
-      expect(await reader.hget(`${prefix}:{global}:route:fw`, 'c')).toBe(String(admitted));
+      expect(await fixedWindowCount(reader, rateLimitKey(prefix, 'route', 'global', 'fixed-window'))).toBe(admitted);
       // Every decision came from Redis: no store error made the fallback decide.
       expect(logs.at('error')).toEqual([]);
     } finally {
@@ -79,9 +78,10 @@ describe('on a 3-master Redis Cluster', () => {
       rateLimit: { redis: { cluster: cluster.startupNodes }, keyPrefix: prefix },
     });
     try {
-      for (let user = 0; user < 30; user += 1) {
-        await request(app.getHttpServer()).get('/cluster').set('x-user', `spread-${user}`).expect(200);
-      }
+      const spread = await sequential(30, (user) =>
+        request(app.getHttpServer()).get('/cluster').set('x-user', `spread-${user}`),
+      );
+      expect(spread.statuses).toEqual(Array(30).fill(200));
       // Which node owns which slots, as the cluster itself says.
       const ranges = await reader.cluster('SLOTS');
       const ownerOf = (slot: number) => ranges.find(([from, to]) => slot >= from && slot <= to)![2][1];
@@ -126,8 +126,8 @@ describe('on a 3-master Redis Cluster', () => {
       expect(second.allowed).toBe(false);
       expect(second.decisions.map((d) => d.allowed)).toEqual([true, false, true]);
       // The slots that admitted were refunded: every counter is where the first request left it.
-      expect(await reader.hget(keys.a, 'c')).toBe('1');
-      expect(await reader.hget(keys.b, 'c')).toBe('1');
+      expect(await fixedWindowCount(reader, keys.a)).toBe(1);
+      expect(await fixedWindowCount(reader, keys.b)).toBe(1);
       expect(await reader.zcard(keys.c)).toBe(1);
     });
 
@@ -143,7 +143,7 @@ describe('on a 3-master Redis Cluster', () => {
       try {
         await expect(store.consume(hits)).rejects.toThrow('did not answer');
         // Alice's slot admitted and was refunded before the failure was reported.
-        expect(await reader.hget(keys.alice, 'c')).toBe('0');
+        expect(await fixedWindowCount(reader, keys.alice)).toBe(0);
       } finally {
         process.kill(bobsNode.pid, 'SIGCONT');
       }
@@ -156,9 +156,11 @@ describe('on a 3-master Redis Cluster', () => {
         rateLimit: { redis: { cluster: cluster.startupNodes }, keyPrefix: prefix },
       });
       try {
-        for (const identity of ['{evil}', 'x{global}y', 'plain', '}{']) {
-          await request(app.getHttpServer()).get('/cluster').set('x-user', identity).expect(200);
-        }
+        const identities = ['{evil}', 'x{global}y', 'plain', '}{'];
+        const sent = await sequential(identities.length, (i) =>
+          request(app.getHttpServer()).get('/cluster').set('x-user', identities[i]),
+        );
+        expect(sent.statuses).toEqual([200, 200, 200, 200]);
         const keys = (await Promise.all(cluster.nodes.map((node) => node.client().keys(`${prefix}:*`)))).flat();
         expect(keys).toHaveLength(5);
         for (const key of keys) {
@@ -166,7 +168,9 @@ describe('on a 3-master Redis Cluster', () => {
           expect(tag).not.toMatch(/[{}]/);
           expect(await reader.cluster('KEYSLOT', key)).toBe(await reader.cluster('KEYSLOT', tag));
         }
-        expect(keys.filter((key) => key.includes('{global}'))).toEqual([`${prefix}:{global}:route:fw`]);
+        expect(keys.filter((key) => key.includes('{global}'))).toEqual([
+          rateLimitKey(prefix, 'route', 'global', 'fixed-window'),
+        ]);
       } finally {
         await app.close();
       }

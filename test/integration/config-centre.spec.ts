@@ -3,10 +3,10 @@ import { ConfigService } from '@nestjs/config';
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { RateLimit, RateLimitConfigCentre, type RateLimitOverride } from 'nest-rate-limit';
-import { statuses } from '../support/http.js';
 import { LogCapture } from '../support/log-capture.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
+import { statuses } from '../support/traffic.js';
 
 @Controller('tuned')
 class TunedController {

@@ -2,9 +2,11 @@ import { Controller, type ExecutionContext, Get, type INestApplication } from '@
 import type { Redis } from 'ioredis';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RateLimit } from 'nest-rate-limit';
+import { RateLimit, rateLimitKey } from 'nest-rate-limit';
+import { fixedWindowCount } from '../support/inspect.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
+import { burst } from '../support/traffic.js';
 
 const byUser = (context: ExecutionContext) =>
   context.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers['x-user'];
@@ -55,38 +57,34 @@ describe('exactness across instances sharing one Redis', () => {
   it('admits exactly 3 of 40 concurrent requests for one identity, for each of 20 fresh keys, and stores 3', async () => {
     const servers = apps.map((app) => app.getHttpServer());
     for (let user = 0; user < 20; user += 1) {
-      const statuses = await Promise.all(
-        Array.from({ length: 40 }, (_, i) =>
-          request(servers[i % servers.length])
-            .get('/exact')
-            .set('x-user', `user-${user}`)
-            .then((r) => r.status),
-        ),
+      const { statuses } = await burst(40, (i) =>
+        request(servers[i % servers.length])
+          .get('/exact')
+          .set('x-user', `user-${user}`),
       );
       expect(statuses.filter((status) => status === 200)).toHaveLength(3);
       expect(statuses.filter((status) => status === 429)).toHaveLength(37);
-      expect(await redis.hget(`${prefix}:{user-${user}}:exact:fw`, 'c')).toBe('3');
+      expect(await fixedWindowCount(redis, rateLimitKey(prefix, 'exact', `user-${user}`, 'fixed-window'))).toBe(3);
     }
   });
 
   it('decides a route rule and per-user rules atomically under 200 concurrent requests', async () => {
     const servers = apps.map((app) => app.getHttpServer());
     const users = Array.from({ length: 10 }, (_, i) => `shared-${i}`);
-    const responses = await Promise.all(
-      Array.from({ length: 200 }, (_, i) =>
-        request(servers[i % 3])
-          .get('/shared')
-          .set('x-user', users[i % users.length])
-          .then((r) => ({ status: r.status, user: users[i % users.length] })),
-      ),
+    const userOf = (index: number) => users[index % users.length];
+    const { samples } = await burst(200, (i) =>
+      request(servers[i % 3])
+        .get('/shared')
+        .set('x-user', userOf(i)),
     );
-    const admitted = responses.filter((r) => r.status === 200);
+    const admitted = samples.filter((r) => r.status === 200);
     // 10 users x 4 would be 40; the route admits 25 in all.
     expect(admitted).toHaveLength(25);
-    expect(await redis.hget(`${prefix}:{global}:route:fw`, 'c')).toBe('25');
+    expect(await fixedWindowCount(redis, rateLimitKey(prefix, 'route', 'global', 'fixed-window'))).toBe(25);
     for (const user of users) {
-      const count = await redis.zcard(`${prefix}:{${user}}:user:sl`);
-      expect(count).toBe(admitted.filter((r) => r.user === user).length);
+      // A sliding log keeps one sorted-set member per admitted unit.
+      const count = await redis.zcard(rateLimitKey(prefix, 'user', user, 'sliding-log'));
+      expect(count).toBe(admitted.filter((r) => userOf(r.index) === user).length);
       expect(count).toBeLessThanOrEqual(4);
     }
   });

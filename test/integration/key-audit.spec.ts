@@ -2,6 +2,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { Cluster, type Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { plantFixedWindow } from '../support/inspect.js';
 import { type RedisCluster, type RedisServer, startRedisCluster, startRedisServer } from '../support/redis-server.js';
 import { createStore, hit } from '../support/store-module.js';
 import { uniquePrefix } from '../support/test-app.js';
@@ -38,7 +39,7 @@ describe('auditing keys without a TTL', () => {
     const { store, redis: service, close } = await createStore({ redis: server.url, keyPrefix: prefix });
     try {
       await store.consume([hit(`${prefix}:{a}:r:fw`, { limit: 5, windowMs: 60_000 })]);
-      await redis.hset(`${prefix}:{b}:r:fw`, 's', 1, 'c', 9);
+      await plantFixedWindow(redis, `${prefix}:{b}:r:fw`, { start: 1, count: 9 });
       await redis.set(`${prefix}:{c}:old`, '42');
       await redis.set(`other:{d}:x`, '1');
 

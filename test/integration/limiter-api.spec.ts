@@ -2,8 +2,10 @@ import { Controller, type ExecutionContext, Get, type INestApplication } from '@
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RateLimit, RateLimitConfigurationError, RateLimiterService } from 'nest-rate-limit';
+import { describeStores } from '../support/matrix.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
+import { sequential } from '../support/traffic.js';
 
 const byUser = (ctx: ExecutionContext) =>
   String(ctx.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers['x-user']);
@@ -27,14 +29,8 @@ class ReportsController {
 const JOBS_PER_MINUTE = { name: 'jobs-minute', count: 5, window: '1m' } as const;
 const JOBS_BURST = { name: 'jobs-burst', count: 2, window: '10s' } as const;
 
-const stores: { name: string; redis: () => Promise<string | undefined> }[] = [
-  { name: 'memory', redis: () => Promise.resolve(undefined) },
-  { name: 'Redis', redis: async () => (server ??= await startRedisServer()).url },
-];
-let server: RedisServer | undefined;
-
 /** Deciding outside HTTP: queues, cron jobs, custom transports. */
-describe.each(stores)('RateLimiterService.consume and reset ($name)', ({ redis }) => {
+describeStores('RateLimiterService.consume and reset', (store) => {
   let app: INestApplication;
   let limiter: RateLimiterService;
   let now = 1_800_000_000_000;
@@ -42,15 +38,13 @@ describe.each(stores)('RateLimiterService.consume and reset ($name)', ({ redis }
   beforeAll(async () => {
     app = await createTestApp({
       controllers: [ReportsController],
-      rateLimit: { redis: await redis(), keyPrefix: uniquePrefix(), clock: () => now },
+      rateLimit: { redis: await store.redis(), keyPrefix: uniquePrefix(), clock: () => now },
     });
     limiter = app.get(RateLimiterService);
   });
 
   afterAll(async () => {
     await app?.close();
-    await server?.stop();
-    server = undefined;
   });
 
   const get = (path: string, user: string) => request(app.getHttpServer()).get(path).set('x-user', user);
@@ -84,7 +78,7 @@ describe.each(stores)('RateLimiterService.consume and reset ($name)', ({ redis }
   });
 
   it('reset lifts a lockout and a spent budget for one identity only', async () => {
-    for (let i = 0; i < 3; i += 1) await get('/reports/login', 'carol');
+    await sequential(3, () => get('/reports/login', 'carol'));
     await get('/reports/login', 'dave');
     await get('/reports/login', 'dave');
     await get('/reports/login', 'dave');

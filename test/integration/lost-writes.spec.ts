@@ -2,10 +2,11 @@ import { Controller, Get, type INestApplication } from '@nestjs/common';
 import type { Redis } from 'ioredis';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { RateLimit } from 'nest-rate-limit';
-import { statuses } from '../support/http.js';
+import { RateLimit, rateLimitKeys } from 'nest-rate-limit';
+import { fixedWindowCount, plantFixedWindow } from '../support/inspect.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
+import { statuses } from '../support/traffic.js';
 
 @Controller('lost')
 class LostController {
@@ -52,12 +53,12 @@ describe('counts lost behind the limiter’s back (as in a failover)', () => {
   it('decides on the higher figure it saw and raises the counter back', async () => {
     const { app, prefix } = await appWith(true);
     try {
-      const key = `${prefix}:{global}:twenty:fw`;
+      const { key } = rateLimitKeys(prefix, 'twenty', 'global', 'fixed-window');
       expect(await statuses(app, '/lost/twenty', 10)).toEqual(Array(10).fill(200));
-      await redis.hset(key, 'c', 2); // 8 writes lost
+      await plantFixedWindow(redis, key, { count: 2 }); // 8 writes lost
       const next = await request(app.getHttpServer()).get('/lost/twenty').expect(200);
       expect(next.headers['ratelimit-remaining']).toBe('9');
-      expect(await redis.hget(key, 'c')).toBe('11');
+      expect(await fixedWindowCount(redis, key)).toBe(11);
       expect(await statuses(app, '/lost/twenty', 10)).toEqual([...Array(9).fill(200), 429]);
     } finally {
       await app.close();
@@ -67,11 +68,11 @@ describe('counts lost behind the limiter’s back (as in a failover)', () => {
   it('refuses a request the higher figure refuses, and counts it nowhere', async () => {
     const { app, prefix } = await appWith(true);
     try {
-      const key = `${prefix}:{global}:five:fw`;
+      const { key } = rateLimitKeys(prefix, 'five', 'global', 'fixed-window');
       expect(await statuses(app, '/lost/five', 6)).toEqual([200, 200, 200, 200, 200, 429]);
-      await redis.hset(key, 'c', 1);
+      await plantFixedWindow(redis, key, { count: 1 });
       await request(app.getHttpServer()).get('/lost/five').expect(429);
-      expect(await redis.hget(key, 'c')).toBe('5');
+      expect(await fixedWindowCount(redis, key)).toBe(5);
     } finally {
       await app.close();
     }
@@ -80,9 +81,9 @@ describe('counts lost behind the limiter’s back (as in a failover)', () => {
   it('over-admits without the check (failover.detectLostWrites: false), which is what the check prevents', async () => {
     const { app, prefix } = await appWith(false);
     try {
-      const key = `${prefix}:{global}:five:fw`;
+      const { key } = rateLimitKeys(prefix, 'five', 'global', 'fixed-window');
       expect(await statuses(app, '/lost/five', 6)).toEqual([200, 200, 200, 200, 200, 429]);
-      await redis.hset(key, 'c', 1);
+      await plantFixedWindow(redis, key, { count: 1 });
       expect(await statuses(app, '/lost/five', 5)).toEqual([200, 200, 200, 200, 429]);
     } finally {
       await app.close();
@@ -92,13 +93,13 @@ describe('counts lost behind the limiter’s back (as in a failover)', () => {
   it('resumes a window whose counter was lost entirely from its marker', async () => {
     const { app, prefix } = await appWith(false);
     try {
-      const key = `${prefix}:{global}:twenty:fw`;
+      const { key, markerKey } = rateLimitKeys(prefix, 'twenty', 'global', 'fixed-window');
       expect(await statuses(app, '/lost/twenty', 18)).toEqual(Array(18).fill(200));
       // From 16 (80% of 20) on, the count is also in the marker, kept for two windows.
-      expect(await redis.hget(`${prefix}:{global}:twenty:mark`, 'c')).toBe('18');
+      expect(await fixedWindowCount(redis, markerKey)).toBe(18);
       await redis.del(key);
       expect(await statuses(app, '/lost/twenty', 3)).toEqual([200, 200, 429]);
-      expect(await redis.hget(key, 'c')).toBe('20');
+      expect(await fixedWindowCount(redis, key)).toBe(20);
     } finally {
       await app.close();
     }
@@ -107,7 +108,7 @@ describe('counts lost behind the limiter’s back (as in a failover)', () => {
   it('tells windows apart by their start on Redis, not by when this instance read the reply', async () => {
     const { app, prefix } = await appWith(true, false);
     try {
-      const key = `${prefix}:{global}:five:fw`;
+      const { key } = rateLimitKeys(prefix, 'five', 'global', 'fixed-window');
       const started = performance.now();
       expect(await statuses(app, '/lost/five', 3)).toEqual([200, 200, 200]);
       // The counter goes, and a new window begins. This instance's clock then reads as far behind
@@ -120,7 +121,7 @@ describe('counts lost behind the limiter’s back (as in a failover)', () => {
       vi.useRealTimers();
       // A new window, not the old one with writes lost: counted from 1, not raised back to 4.
       expect(fresh.headers['ratelimit-remaining']).toBe('4');
-      expect(await redis.hget(key, 'c')).toBe('1');
+      expect(await fixedWindowCount(redis, key)).toBe(1);
     } finally {
       vi.useRealTimers();
       await app.close();
@@ -130,9 +131,9 @@ describe('counts lost behind the limiter’s back (as in a failover)', () => {
   it('starts the window afresh without a marker (failover.marker: false), which is what the marker prevents', async () => {
     const { app, prefix } = await appWith(false, false);
     try {
-      const key = `${prefix}:{global}:twenty:fw`;
+      const { key, markerKey } = rateLimitKeys(prefix, 'twenty', 'global', 'fixed-window');
       expect(await statuses(app, '/lost/twenty', 18)).toEqual(Array(18).fill(200));
-      expect(await redis.exists(`${prefix}:{global}:twenty:mark`)).toBe(0);
+      expect(await redis.exists(markerKey)).toBe(0);
       await redis.del(key);
       expect(await statuses(app, '/lost/twenty', 3)).toEqual([200, 200, 200]);
     } finally {

@@ -10,9 +10,9 @@ import {
   RateLimitStore,
 } from 'nest-rate-limit';
 import { AppModule } from '../../apps/demo/src/app.module.js';
-import { statuses } from '../support/http.js';
 import { createStore, hit } from '../support/store-module.js';
 import { uniquePrefix } from '../support/test-app.js';
+import { burst as httpBurst, statuses } from '../support/traffic.js';
 
 const ALGORITHMS: RateLimitAlgorithmName[] = ['fixed-window', 'sliding-window', 'sliding-log', 'token-bucket', 'gcra'];
 
@@ -262,8 +262,8 @@ describe('the demo app on the embedded store, flooded with junk x-api-keys', () 
   /** FLOOD junk API keys, one request each; past the sketch's size some are refused (false positives). */
   async function floodKeys(tag: string) {
     for (let i = 0; i < FLOOD; i += 50) {
-      const batch = Array.from({ length: 50 }, (_, j) => get('/key', { 'x-api-key': `junk-${tag}-${i + j}` }));
-      for (const { status } of await Promise.all(batch)) expect([200, 429]).toContain(status);
+      const batch = await httpBurst(50, (j) => get('/key', { 'x-api-key': `junk-${tag}-${i + j}` }));
+      for (const status of batch.statuses) expect([200, 429]).toContain(status);
       expect(store.size).toBeLessThanOrEqual(MAX_KEYS);
     }
   }

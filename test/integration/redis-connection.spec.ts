@@ -4,7 +4,8 @@ import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Controller, Get } from '@nestjs/common';
 import request from 'supertest';
-import { RateLimit, type RateLimitStore, type RedisService } from 'nest-rate-limit';
+import { RateLimit, type RateLimitStore, type RedisService, rateLimitKey } from 'nest-rate-limit';
+import { fixedWindowCount } from '../support/inspect.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { RedisService as RedisServiceToken } from 'nest-rate-limit';
 import { createStore, hit } from '../support/store-module.js';
@@ -96,12 +97,12 @@ describe('the library’s own Redis connection', () => {
     proxy.dropNextReply();
     await expect(store.consume([hit(key, limits)])).rejects.toThrow();
     // Redis ran the call before its reply was lost.
-    expect(await redis.hget(key, 'c')).toBe('1');
+    expect(await fixedWindowCount(redis, key)).toBe(1);
 
     if (service.client.status !== 'ready') await once(service.client, 'ready');
     const next = await store.consume([hit(key, limits)]);
     expect(next.decisions[0].remaining).toBe(98);
-    expect(await redis.hget(key, 'c')).toBe('2');
+    expect(await fixedWindowCount(redis, key)).toBe(2);
   });
 
   it('never records again a request whose call may have run, when the fallback admitted it', async () => {
@@ -121,20 +122,20 @@ describe('the library’s own Redis connection', () => {
       logger: logs,
     });
     try {
-      const key = `${prefix}:{global}:dropped:fw`;
+      const key = rateLimitKey(prefix, 'dropped', 'global', 'fixed-window');
       proxy.dropNextReply();
       // The reconnect fails too: the call's fate is unknown to the client.
       proxy.refuseConnectionsFor(300);
       // The call ran in Redis, its reply was lost with the connection: the fallback admits it.
       await request(app.getHttpServer()).get('/dropped').expect(200);
-      expect(await redis.hget(key, 'c')).toBe('1');
+      expect(await fixedWindowCount(redis, key)).toBe(1);
       expect(logs.at('error', /Rate-limit store failed/)).toHaveLength(1);
       const service = app.get(RedisServiceToken);
       if (service.client.status !== 'ready') await once(service.client, 'ready');
       // Recording (if any) is sent right after the first answer, before the second request's call.
       await request(app.getHttpServer()).get('/dropped').expect(200);
       await request(app.getHttpServer()).get('/dropped').expect(200);
-      expect(await redis.hget(key, 'c')).toBe('3');
+      expect(await fixedWindowCount(redis, key)).toBe(3);
     } finally {
       await app.close();
     }

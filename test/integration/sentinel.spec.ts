@@ -1,7 +1,9 @@
 import type { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RedisSentinelSet, startRedisSentinelSet } from '../support/redis-server.js';
+import { fixedWindowCount } from '../support/inspect.js';
 import { LogCapture } from '../support/log-capture.js';
+import { until } from '../support/poll.js';
 import { createStore, hit } from '../support/store-module.js';
 import { uniquePrefix } from '../support/test-app.js';
 
@@ -31,7 +33,7 @@ describe('through Redis Sentinel', () => {
         const result = await store.consume([hit(key, { limit: 100, windowMs: 600_000 })]);
         expect(result.allowed).toBe(true);
         // Read from the replica at once: WAIT returned only after it had the write.
-        expect(await replica.hget(key, 'c')).toBe(String(i));
+        expect(await fixedWindowCount(replica, key)).toBe(i);
       }
       // And every WAIT saw its replica: no shortfall was reported.
       expect(logs.at('error', /replicas/)).toEqual([]);
@@ -51,7 +53,7 @@ describe('through Redis Sentinel', () => {
       expect(redis.describe()).toContain(`sentinels`);
       await store.consume([hit(key, limits)]);
       const master: Redis = set.master.client();
-      expect(await master.hget(key, 'c')).toBe('1');
+      expect(await fixedWindowCount(master, key)).toBe(1);
       // This test is about following the master, not about lost writes: let the write replicate.
       expect(await master.call('WAIT', '1', '5000')).toBe(1);
 
@@ -59,19 +61,20 @@ describe('through Redis Sentinel', () => {
       const sentinel = set.sentinels[0].client();
       await sentinel.call('SENTINEL', 'FAILOVER', set.name);
       const replica = set.replica.client();
-      await vi.waitUntil(async () => (await replica.info('replication')).includes('role:master'), {
-        timeout: 15_000,
-        interval: 50,
+      await until(async () => (await replica.info('replication')).includes('role:master'), {
+        timeoutMs: 15_000,
+        intervalMs: 50,
+        what: 'the replica becoming the master',
       });
 
       // The client follows the sentinels to the new master; until it does, calls may fail or land
       // on the old master (and be lost when it becomes a replica).
-      await vi.waitUntil(
+      await until(
         async () => {
           await store.consume([hit(key, limits)]).catch(() => undefined);
-          return Number(await replica.hget(key, 'c')) >= 2;
+          return ((await fixedWindowCount(replica, key)) ?? 0) >= 2;
         },
-        { timeout: 15_000, interval: 50 },
+        { timeoutMs: 15_000, intervalMs: 50, what: 'a count on the new master' },
       );
       expect(redis.client.status).toBe('ready');
     } finally {

@@ -1,5 +1,4 @@
 import { Controller, Get, type INestApplication } from '@nestjs/common';
-import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   MemoryRateLimitStore,
@@ -11,9 +10,10 @@ import {
   RateLimitStore,
   type RateLimitSettlement,
 } from 'nest-rate-limit';
-import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { STORES } from '../support/matrix.js';
 import { createStore, hit } from '../support/store-module.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
+import { statuses } from '../support/traffic.js';
 
 /** A store of a user's own, as the `store` option takes it: here one that keeps a journal and delegates. */
 class JournalledStore extends RateLimitStore {
@@ -41,10 +41,9 @@ class JournalledStore extends RateLimitStore {
   }
 }
 
-let server: RedisServer | undefined;
+/** The library's stores, and one of a user's own given with the `store` option. */
 const stores: { name: string; options: () => Promise<Parameters<typeof createStore>[0]> }[] = [
-  { name: 'memory', options: () => Promise.resolve({}) },
-  { name: 'Redis', options: async () => ({ redis: (server ??= await startRedisServer()).url }) },
+  ...STORES.map((store) => ({ name: store.name, options: async () => ({ redis: await store.redis() }) })),
   { name: 'a store of your own (store option)', options: () => Promise.resolve({ store: new JournalledStore() }) },
 ];
 
@@ -60,8 +59,6 @@ describe.each(stores)('the store contract: $name', ({ options }) => {
 
   afterAll(async () => {
     await close?.();
-    await server?.stop();
-    server = undefined;
   });
 
   const keys = () => `${uniquePrefix()}:{contract}`;
@@ -147,9 +144,7 @@ describe('the store option', () => {
   afterAll(() => app?.close());
 
   it('decides every request with the given store: 200, 200, 200, 429', async () => {
-    const statuses = [];
-    for (let i = 0; i < 4; i += 1) statuses.push((await request(app.getHttpServer()).get('/own-store')).status);
-    expect(statuses).toEqual([200, 200, 200, 429]);
+    expect(await statuses(app, '/own-store', 4)).toEqual([200, 200, 200, 429]);
     expect(store.journal.filter((line) => line.startsWith('consume'))).toHaveLength(4);
   });
 

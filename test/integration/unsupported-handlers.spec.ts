@@ -13,7 +13,7 @@ import {
   RateLimitModule,
   SkipRateLimit,
 } from 'nest-rate-limit';
-import { statuses } from '../support/http.js';
+import { statuses } from '../support/traffic.js';
 
 const NOT_SUPPORTED =
   'only HTTP routes of controllers are limited; GraphQL, WebSocket and microservice handlers are not supported yet';

@@ -4,6 +4,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { Redis } from 'ioredis';
+import { until } from './poll.js';
 
 /** A redis-server process this test file started, on a loopback port of its own. */
 export interface RedisServer {
@@ -204,13 +205,9 @@ export async function startRedisCluster(masters = 3, withReplicas = false): Prom
         ),
     );
     await Promise.all(all.slice(1).map((node) => clients[0].call('CLUSTER', 'MEET', '127.0.0.1', String(node.port))));
-    // Gossip settles in well under a second; poll a bounded number of times.
-    const settle = async (check: () => Promise<boolean>, what: string) => {
-      for (let attempt = 0; !(await check()); attempt += 1) {
-        if (attempt >= 300) throw new Error(`cluster: ${what} not reached in time`);
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
-    };
+    // Gossip settles in well under a second; poll for a bounded time.
+    const settle = (check: () => Promise<boolean>, what: string) =>
+      until(check, { timeoutMs: 15_000, intervalMs: 50, what: `cluster: ${what}` });
     await settle(async () => {
       const known = await Promise.all(clients.map((client) => client.call('CLUSTER', 'NODES') as Promise<string>));
       return known.every((list) => list.trim().split('\n').length === all.length);
@@ -266,10 +263,11 @@ export async function startRedisSentinelSet(downAfterMs = 1_000, name = 'mymaste
     const replica = await startRedisServer(['--replicaof', '127.0.0.1', String(master.port)]);
     started.push(replica);
     const replicaClient = replica.client();
-    for (let attempt = 0; !(await replicaClient.info('replication')).includes('master_link_status:up'); attempt += 1) {
-      if (attempt >= 200) throw new Error('the replica did not sync with its master in time');
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+    await until(async () => (await replicaClient.info('replication')).includes('master_link_status:up'), {
+      timeoutMs: 10_000,
+      intervalMs: 50,
+      what: 'the replica syncing with its master',
+    });
     const sentinels: RedisServer[] = [];
     for (let i = 0; i < 3; i += 1) {
       const sentinel = await startProcess((dir) => {
@@ -291,15 +289,16 @@ export async function startRedisSentinelSet(downAfterMs = 1_000, name = 'mymaste
     }
     // Sentinels discover the replica and each other through the master, within a few seconds.
     const clients = sentinels.map((sentinel) => sentinel.client());
-    for (let attempt = 0; ; attempt += 1) {
-      const views = await Promise.all(
-        clients.map((client) => client.call('SENTINEL', 'MASTER', name) as Promise<string[]>),
-      );
-      const field = (view: string[], key: string) => Number(view[view.indexOf(key) + 1]);
-      if (views.every((view) => field(view, 'num-slaves') >= 1 && field(view, 'num-other-sentinels') >= 2)) break;
-      if (attempt >= 300) throw new Error('sentinels did not discover the replica and each other in time');
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+    const field = (view: string[], key: string) => Number(view[view.indexOf(key) + 1]);
+    await until(
+      async () => {
+        const views = await Promise.all(
+          clients.map((client) => client.call('SENTINEL', 'MASTER', name) as Promise<string[]>),
+        );
+        return views.every((view) => field(view, 'num-slaves') >= 1 && field(view, 'num-other-sentinels') >= 2);
+      },
+      { timeoutMs: 15_000, intervalMs: 50, what: 'the sentinels discovering the replica and each other' },
+    );
     return {
       name,
       master,

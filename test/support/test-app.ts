@@ -5,6 +5,7 @@ import type { NestExpressApplication } from '@nestjs/platform-express';
 import { Test } from '@nestjs/testing';
 import { RateLimitModule } from 'nest-rate-limit';
 import type { LogCapture } from './log-capture.js';
+import type { Platform } from './matrix.js';
 
 type RateLimitForRoot = Parameters<typeof RateLimitModule.forRoot>[0];
 
@@ -18,9 +19,6 @@ export interface TestAppOptions {
   /** Trust one proxy hop, so `req.ip` is the client named by `X-Forwarded-For`. */
   trustProxy?: boolean;
 }
-
-export type Platform = 'express' | 'fastify';
-export const PLATFORMS: readonly Platform[] = ['express', 'fastify'];
 
 /** A Nest app with `RateLimitModule.forRoot(options.rateLimit)` and the given controllers. */
 export async function createTestApp(options: TestAppOptions): Promise<INestApplication> {

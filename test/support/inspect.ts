@@ -1,0 +1,47 @@
+import type { Cluster, Redis } from 'ioredis';
+import { STORED_FIELDS } from 'nest-rate-limit';
+
+/**
+ * Reading and planting the state the library keeps in Redis, by the field names the package
+ * documents rather than by the letters they are stored as. Keys come from the package's own
+ * `rateLimitKey` / `rateLimitKeys` / `keysBeside`, or are keys a test gave the store itself.
+ */
+
+const FIXED_WINDOW = STORED_FIELDS['fixed-window'];
+
+/** A standalone client or a Cluster (which routes each key to the master of its slot). */
+type Client = Redis | Cluster;
+
+/** A stored number as a number; a value the library would not write (`1.0`, `abc`) fails the test. */
+function storedNumber(key: string, field: string, raw: string | null): number | null {
+  if (raw === null) return null;
+  const value = Number(raw);
+  if (raw.trim() === '' || String(value) !== raw) {
+    throw new Error(`${key}: ${field} holds ${JSON.stringify(raw)}, not a number as the library writes it`);
+  }
+  return value;
+}
+
+/**
+ * The units a fixed window counted, at its state key or at its marker key (which keeps the same
+ * fields); null when the key or the field is missing.
+ */
+export async function fixedWindowCount(redis: Client, key: string): Promise<number | null> {
+  return storedNumber(key, 'count', await redis.hget(key, FIXED_WINDOW.count));
+}
+
+/**
+ * Writes a fixed window's fields as older code, a failover or a bad restore would leave them: only
+ * the fields given, and no TTL. Values are written as given, junk included.
+ */
+export async function plantFixedWindow(
+  redis: Client,
+  key: string,
+  fields: { start?: number | string; count?: number | string },
+): Promise<void> {
+  const pairs: (string | number)[] = [];
+  if (fields.start !== undefined) pairs.push(FIXED_WINDOW.start, fields.start);
+  if (fields.count !== undefined) pairs.push(FIXED_WINDOW.count, fields.count);
+  if (pairs.length === 0) throw new Error('plantFixedWindow: give a start, a count or both');
+  await redis.hset(key, ...pairs);
+}
