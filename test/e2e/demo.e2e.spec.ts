@@ -118,4 +118,28 @@ describeStores('the demo app’s documented endpoints', (store) => {
     await request(app.getHttpServer()).get('/upload?mb=6').expect(429);
     await request(app.getHttpServer()).get('/upload?mb=4').expect(200);
   });
+
+  it('POST /jobs/:tenant: 3 per 10 s per tenant, decided with consume; a deferred job learns when to retry', async () => {
+    await start();
+    const run = (tenant: string) => request(app.getHttpServer()).post(`/jobs/${tenant}`).expect(200);
+    expect((await run('acme')).body).toEqual({ ran: true, left: 2 });
+    await run('acme');
+    await run('acme');
+    const deferred = (await run('acme')).body as { ran: boolean; retryInMs: number };
+    expect(deferred.ran).toBe(false);
+    expect(deferred.retryInMs).toBeGreaterThan(0);
+    expect(deferred.retryInMs).toBeLessThanOrEqual(10_000);
+    expect((await run('globex')).body).toEqual({ ran: true, left: 2 });
+  });
+
+  it('POST /login/unlock: reset lifts this client’s lockout', async () => {
+    await start();
+    expect(await statuses(app, '/login?password=nope', 3)).toEqual(repeat(401, 3));
+    await request(app.getHttpServer()).get('/login?password=demo').expect(429);
+    await request(app.getHttpServer()).post('/login/unlock').expect(204);
+    await request(app.getHttpServer()).get('/login?password=demo').expect(200);
+    // Its failures are gone too: three more before the next lockout.
+    expect(await statuses(app, '/login?password=nope', 3)).toEqual(repeat(401, 3));
+    await request(app.getHttpServer()).get('/login?password=nope').expect(429);
+  });
 });
