@@ -15,6 +15,8 @@ import {
 } from './options.js';
 import { RateLimiterService } from '../limiter/rate-limiter.service.js';
 import { StoreProblemLog } from '../logging/store-problem-log.js';
+import { LostWriteGuard } from '../redis/failover/lost-write-guard.js';
+import { ReplicaWait } from '../redis/failover/replica-wait.js';
 import { RedisRateLimitStore } from '../redis/redis-rate-limit.store.js';
 import { RedisService } from '../redis/redis.service.js';
 import { ResilientStore } from '../resilience/resilient-store.js';
@@ -35,7 +37,10 @@ const problemLogProvider: Provider = {
   useFactory: ({ logging }: ResolvedRateLimitOptions) => new StoreProblemLog(logging ? logging.intervalMs : undefined),
 };
 
-/** The store itself: yours, Redis (with its failover defences) or the in-process one. */
+/**
+ * The store itself: yours, the in-process one, or Redis with the failover defences the options
+ * ask for (the lost-write check, the marker, the replica wait; `redis/failover/`).
+ */
 const storeProvider: Provider = {
   provide: RateLimitStore,
   inject: [RATE_LIMIT_OPTIONS, RESOLVED_RATE_LIMIT_OPTIONS, RedisService, StoreProblemLog, ModuleRef],
@@ -49,9 +54,13 @@ const storeProvider: Provider = {
     if (store instanceof RateLimitStore) return store;
     if (typeof store === 'function') return moduleRef.create(store);
     const { maxKeys } = options.memoryStore;
-    return redis.isConfigured
-      ? new RedisRateLimitStore(redis, problems, { ...options.failover, maxKeys })
-      : new MemoryRateLimitStore(maxKeys);
+    if (!redis.isConfigured) return new MemoryRateLimitStore(maxKeys);
+    const { detectLostWrites, marker, waitForReplicas } = options.failover;
+    return new RedisRateLimitStore(redis, problems, {
+      lostWrites: detectLostWrites ? new LostWriteGuard(maxKeys, problems) : undefined,
+      marker,
+      replicaWait: waitForReplicas ? new ReplicaWait(redis, waitForReplicas, problems) : undefined,
+    });
   },
 };
 

@@ -10,8 +10,8 @@ import {
   type RateLimitSettlement,
   RateLimitStore,
 } from '../store/rate-limit-store.js';
-import { LostWriteGuard } from './failover/lost-write-guard.js';
-import { ReplicaWait, type ReplicaWaitOptions } from './failover/replica-wait.js';
+import type { LostWriteGuard } from './failover/lost-write-guard.js';
+import type { ReplicaWait } from './failover/replica-wait.js';
 import type { RedisService } from './redis.service.js';
 import { CONSUME_SCRIPT, decodeConsume, encodeConsume } from './scripts/consume.script.js';
 import { RAISE_FIXED_WINDOW_SCRIPT, encodeRaiseFixedWindow } from './scripts/raise-fixed-window.script.js';
@@ -22,16 +22,14 @@ import { UnsentCallsError, neverReachedRedis } from './unsent-error.js';
 /** Unique per process; with a per-call sequence it makes every request's nonce unique. */
 const PROCESS_NONCE = randomBytes(6).toString('base64url');
 
-/** The failover defences of a Redis store (see `redis/failover/`). */
+/** The failover defences of a Redis store (see `redis/failover/`), each optional. */
 export interface RedisFailoverDefences {
-  /** Lost-write detection: fixed windows an instance saw higher than Redis reports. Default true. */
-  detectLostWrites: boolean;
-  /** The lost-write marker's share of the limit, or false for none. Default 0.8. */
+  /** Checks each fixed window against what this instance saw in it. */
+  lostWrites?: LostWriteGuard;
+  /** The lost-write marker's share of the limit, or false for none. */
   marker: number | false;
-  /** Redis `WAIT` after each admission, or false. Default false. */
-  waitForReplicas: ReplicaWaitOptions | false;
-  /** Fixed windows the lost-write check remembers at most. */
-  maxKeys: number;
+  /** Redis `WAIT` after each admission. */
+  replicaWait?: ReplicaWait;
 }
 
 interface GroupResult {
@@ -65,8 +63,8 @@ export class RedisRateLimitStore extends RateLimitStore {
       redis.register(script);
     }
     this.markerShare = defences.marker;
-    if (defences.detectLostWrites) this.lostWrites = new LostWriteGuard(defences.maxKeys, problems);
-    if (defences.waitForReplicas) this.replicaWait = new ReplicaWait(redis, defences.waitForReplicas, problems);
+    this.lostWrites = defences.lostWrites;
+    this.replicaWait = defences.replicaWait;
     this.description = `Redis store (${redis.describe()}; shared across instances)`;
   }
 
