@@ -17,7 +17,7 @@ class GuardedController {
   }
 }
 
-describe('when Redis stops answering, requests are decided by onStoreError within the deadline', () => {
+describe('when Redis stops answering, requests are decided by the store-error policy within the deadline', () => {
   let server: RedisServer;
   const logs = new LogCapture();
   let allowApp: INestApplication;
@@ -79,8 +79,8 @@ describe('when Redis stops answering, requests are decided by onStoreError withi
       /^Rate-limit store failed \(RedisTimeoutError: Redis did not answer consume within 50 ms\)/,
     );
     expect(failures).toEqual([
-      expect.stringContaining("requests decided by onStoreError 'allow': 1 since last report"),
-      expect.stringContaining("requests decided by onStoreError 'deny': 1 since last report"),
+      expect.stringContaining("requests decided by the store-error policy 'allow': 1 since last report"),
+      expect.stringContaining("requests decided by the store-error policy 'deny': 1 since last report"),
     ]);
 
     // The timed-out calls were sent, so Redis still runs them when it wakes up (1 + 5 + 5), each

@@ -23,6 +23,9 @@ import { ONLY_HTTP_ROUTES, RateLimitRuleRegistry } from '../rules/rate-limit-rul
  * registered both globally and with `@UseGuards`. Units of `countOn` rules are refunded when the
  * response ends as the rule does not count.
  *
+ * The interceptor (`rate-limit.interceptor.ts`) sets the headers of admitted requests, from the
+ * outcome this guard keeps on the request (`request-outcome.ts`).
+ *
  * Subclass it and override `createException` to change the error.
  */
 @Injectable()

@@ -10,7 +10,10 @@ export interface RuleDecision extends RateLimitDecision {
   windowMs: number;
   /** Units this request asked of the rule. */
   cost: number;
-  /** True when the store failed and `onStoreError` decided; such decisions send no `RateLimit-*` headers. */
+  /**
+   * True when the store failed and the rule's store-error policy decided (`'local'`, `'allow'` or
+   * `'deny'`; `RateLimitOutcome.storeError` says which): such decisions send no `RateLimit-*` headers.
+   */
   fallback: boolean;
 }
 

@@ -8,10 +8,10 @@ import {
 } from '@nestjs/common';
 import { RateLimitConfigCentre } from '../config-centre/rate-limit-config-centre.js';
 import { SampledLogger } from '../logging/sampled-logger.js';
-import { StoreProblemLog } from '../logging/store-problem-log.js';
+import { StoreProblemLog, describeError } from '../logging/store-problem-log.js';
 import { REJECTION_LOG_MAX_KEYS } from '../module/defaults.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
-import { ResilientStore, type ResilientConsumption, describeError } from '../resilience/resilient-store.js';
+import { ResilientStore, type ResilientConsumption } from '../resilience/resilient-store.js';
 import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 import {
   RateLimitConfigurationError,

@@ -28,3 +28,8 @@ export class StoreProblemLog {
     this.lines.close();
   }
 }
+
+/** An error for a log line: its class (cockatiel's errors all have the name 'Error') and message. */
+export function describeError(error: unknown): string {
+  return error instanceof Error ? `${error.constructor.name}: ${error.message}` : String(error);
+}

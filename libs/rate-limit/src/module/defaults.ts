@@ -25,15 +25,14 @@ export const RATE_LIMIT_DEFAULTS = {
     marker: 0.8,
     waitForReplicas: false,
   },
-  /** When `failover.waitForReplicas` is given without them. */
-  waitForReplicas: { replicas: 1, timeoutMs: 50 },
   countOn: { inFlightWaitMs: 5_000 },
   headers: 'draft-6',
   logging: { intervalMs: 10_000, maxLinesPerSecond: 5, level: 'warn' },
   ipv6PrefixBits: 64,
-} as const satisfies Omit<ResolvedRateLimitOptions, 'clock'> & {
-  waitForReplicas: { replicas: number; timeoutMs: number };
-};
+} as const satisfies Omit<ResolvedRateLimitOptions, 'clock'>;
+
+/** What `failover.waitForReplicas` waits for when it is given without them (it is off by default). */
+export const REPLICA_WAIT_DEFAULTS = { replicas: 1, timeoutMs: 50 } as const;
 
 /** Rejection log lines: rule-and-identity keys the sampler tracks at once. */
 export const REJECTION_LOG_MAX_KEYS = 10_000;

@@ -15,7 +15,7 @@ import {
 } from './options.js';
 import { RateLimiterService } from '../limiter/rate-limiter.service.js';
 import { StoreProblemLog } from '../logging/store-problem-log.js';
-import { LostWriteGuard } from '../redis/failover/lost-write-guard.js';
+import { LostWriteCheck } from '../redis/failover/lost-write-check.js';
 import { ReplicaWait } from '../redis/failover/replica-wait.js';
 import { RedisRateLimitStore } from '../redis/redis-rate-limit.store.js';
 import { RedisService } from '../redis/redis.service.js';
@@ -57,7 +57,7 @@ const storeProvider: Provider = {
     if (!redis.isConfigured) return new MemoryRateLimitStore(maxKeys);
     const { detectLostWrites, marker, waitForReplicas } = options.failover;
     return new RedisRateLimitStore(redis, problems, {
-      lostWrites: detectLostWrites ? new LostWriteGuard(maxKeys, problems) : undefined,
+      lostWrites: detectLostWrites ? new LostWriteCheck(maxKeys, problems) : undefined,
       marker,
       replicaWait: waitForReplicas ? new ReplicaWait(redis, waitForReplicas, problems) : undefined,
     });

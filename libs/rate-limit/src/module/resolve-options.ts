@@ -4,7 +4,7 @@ import type { SampledLogLevel } from '../logging/sampled-logger.js';
 import { STORE_ERROR_POLICIES } from '../resilience/store-error-policy.js';
 import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
 import { RateLimitStore } from '../store/rate-limit-store.js';
-import { RATE_LIMIT_DEFAULTS as D } from './defaults.js';
+import { RATE_LIMIT_DEFAULTS as D, REPLICA_WAIT_DEFAULTS } from './defaults.js';
 import type { RateLimitModuleOptions, ResolvedRateLimitOptions } from './options.js';
 
 const KEY_PREFIX = /^[A-Za-z0-9._:-]{1,32}$/;
@@ -131,8 +131,8 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
   if (failover.waitForReplicas !== undefined && failover.waitForReplicas !== false) {
     const given = group('failover.waitForReplicas', failover.waitForReplicas);
     waitForReplicas = {
-      replicas: positive('failover.waitForReplicas.replicas', given.replicas, D.waitForReplicas.replicas),
-      timeoutMs: positive('failover.waitForReplicas.timeoutMs', given.timeoutMs, D.waitForReplicas.timeoutMs),
+      replicas: positive('failover.waitForReplicas.replicas', given.replicas, REPLICA_WAIT_DEFAULTS.replicas),
+      timeoutMs: positive('failover.waitForReplicas.timeoutMs', given.timeoutMs, REPLICA_WAIT_DEFAULTS.timeoutMs),
     };
   }
   const detectLostWrites = failover.detectLostWrites ?? D.failover.detectLostWrites;

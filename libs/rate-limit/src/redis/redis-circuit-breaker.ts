@@ -95,7 +95,7 @@ export class RedisCircuitBreaker {
       ]),
     });
     const messages: Record<CircuitState, string> = {
-      [CircuitState.Open]: `Redis circuit open: no calls to Redis for ${options.halfOpenAfterMs} ms; requests follow onStoreError`,
+      [CircuitState.Open]: `Redis circuit open: no calls to Redis for ${options.halfOpenAfterMs} ms; requests follow the store-error policies`,
       [CircuitState.HalfOpen]: 'Redis circuit half-open: probing Redis with one call',
       [CircuitState.Closed]: 'Redis circuit closed: Redis decides again',
       [CircuitState.Isolated]: 'Redis circuit isolated',

@@ -10,7 +10,7 @@ import {
   type RateLimitSettlement,
   RateLimitStore,
 } from '../store/rate-limit-store.js';
-import type { LostWriteGuard } from './failover/lost-write-guard.js';
+import type { LostWriteCheck, LostWriteRepairs } from './failover/lost-write-check.js';
 import type { ReplicaWait } from './failover/replica-wait.js';
 import type { RedisService } from './redis.service.js';
 import { CONSUME_SCRIPT, decodeConsume, encodeConsume } from './scripts/consume.script.js';
@@ -25,7 +25,7 @@ const PROCESS_NONCE = randomBytes(6).toString('base64url');
 /** The failover defences of a Redis store (see `redis/failover/`), each optional. */
 export interface RedisFailoverDefences {
   /** Checks each fixed window against what this instance saw in it. */
-  lostWrites?: LostWriteGuard;
+  lostWrites?: LostWriteCheck;
   /** The lost-write marker's share of the limit, or false for none. */
   marker: number | false;
   /** Redis `WAIT` after each admission. */
@@ -46,11 +46,11 @@ interface GroupResult {
  * refunded, so a rejected request still moves no counter. The failover defences run here, the
  * only place that sees Redis's own time of each decision.
  */
-export class RedisRateLimitStore extends RateLimitStore {
+export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepairs {
   readonly description: string;
   private sequence = 0;
   private readonly markerShare: number | false;
-  private readonly lostWrites: LostWriteGuard | undefined;
+  private readonly lostWrites: LostWriteCheck | undefined;
   private readonly replicaWait: ReplicaWait | undefined;
 
   constructor(
@@ -76,7 +76,7 @@ export class RedisRateLimitStore extends RateLimitStore {
     const settled = await Promise.allSettled(groups.map((indices) => this.consumeGroup(hits, indices, at, nonce)));
     const failures = settled.flatMap((result) => (result.status === 'rejected' ? [result.reason as unknown] : []));
     if (failures.length > 0 && groups.length > 1) {
-      // Some slot failed: take back what the others admitted, then let onStoreError decide.
+      // Some slot failed: take back what the others admitted, then let the store-error policies decide.
       const admitted = settled.flatMap((result) =>
         result.status === 'fulfilled' && result.value.allowed ? [result.value] : [],
       );
@@ -112,6 +112,10 @@ export class RedisRateLimitStore extends RateLimitStore {
     if (this.lostWrites) consumption = await this.lostWrites.check(hits, consumption, decidedAt, this);
     if (consumption.allowed && this.replicaWait) await this.replicaWait.afterAdmission();
     return consumption;
+  }
+
+  override neverReached(error: unknown): boolean {
+    return neverReachedRedis(error);
   }
 
   async record(hits: readonly RateLimitHit[], now?: number): Promise<void> {

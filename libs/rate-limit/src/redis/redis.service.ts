@@ -16,21 +16,21 @@ export class RedisTimeoutError extends Error {
   override readonly name = 'RedisTimeoutError';
 }
 
-/**
- * Defaults for a client the library creates. No offline queue: a call made while the connection is
- * down fails at once instead of waiting. No re-sending of calls that were sent but not answered
- * when a connection dropped: Redis may have run them already, and a request must not count twice.
- */
+/** How long the app's start waits for Redis before serving without it. */
+const BOOTSTRAP_CONNECT_MS = 3_000;
+
 /**
  * Reconnect every 50 ms more per attempt, never waiting more than half a second (plus jitter, so
  * instances do not reconnect in step). ioredis's default doubles up to 5 s, which kept clients off
  * a freshly promoted master for seconds; a limiter must be back on Redis as soon as it can be.
  */
-/** How long the app's start waits for Redis before serving without it. */
-const BOOTSTRAP_CONNECT_MS = 3_000;
-
 const reconnectDelay = (attempt: number): number => Math.min(attempt * 50, 500) + Math.floor(Math.random() * 50);
 
+/**
+ * Defaults for a client the library creates. No offline queue: a call made while the connection is
+ * down fails at once instead of waiting. No re-sending of calls that were sent but not answered
+ * when a connection dropped: Redis may have run them already, and a request must not count twice.
+ */
 const OWN_CLIENT_DEFAULTS: RedisOptions = {
   retryStrategy: reconnectDelay,
   lazyConnect: true,
@@ -158,7 +158,6 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     return this.breaker?.state ?? 'closed';
   }
 
-  /** Connects once every module is initialised, so an app whose bootstrap fails leaves no socket open. */
   /**
    * Scans the library's keys on every master and reports those without a TTL; with `repairTtlMs`,
    * gives them that TTL. For monitoring; `npm run audit:keys` runs the same from a shell.
@@ -167,17 +166,18 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     return auditRateLimitKeys(this.client, { keyPrefix: this.keyPrefix, ...options });
   }
 
+  /** Connects once every module is initialised, so an app whose bootstrap fails leaves no socket open. */
   async onApplicationBootstrap(): Promise<void> {
     if (!this.redis) return;
     if (this.ownsClient && this.redis.status === 'wait') {
       // connect() settles only once the server answers; a paused server, or sentinels that are all
-      // down, would hold the app's start for ever. Wait a bounded time, then serve by onStoreError.
+      // down, would hold the app's start for ever. Wait a bounded time, then serve by the store-error policies.
       const connecting = this.redis.connect();
       connecting.catch(() => undefined);
       try {
         await withDeadline(connecting, BOOTSTRAP_CONNECT_MS, 'the connection');
       } catch (error) {
-        // Not fatal: the client keeps reconnecting, and until it is back requests follow onStoreError.
+        // Not fatal: the client keeps reconnecting, and until it is back requests follow the store-error policies.
         this.logger.error(`Redis (${this.describe()}) is not reachable yet: ${String(error)}`);
         return;
       }

@@ -1,6 +1,6 @@
 import { LRUCache } from 'lru-cache';
 import { MemoryRateLimitStore } from '../store/memory-rate-limit.store.js';
-import { type RateLimitConsumption, type RateLimitHit, remainingAfter } from '../store/rate-limit-store.js';
+import { type RateLimitConsumption, type RateLimitHit, committedUnits } from '../store/rate-limit-store.js';
 
 export interface LocalFallbackOptions {
   /** The estimate of what other instances admitted is multiplied by this. Default 1.2. */
@@ -32,7 +32,7 @@ interface LastSeen {
 }
 
 /**
- * Decides while Redis cannot (`onStoreError: 'local'`). Each instance remembers, per active key,
+ * Decides while Redis cannot (the store-error policy `'local'`). Each instance remembers, per active key,
  * what Redis last reported; during the outage it assumes the other instances go on admitting at
  * the full rate, and admits only while `(last count + elapsed share of the window × limit) ×
  * safetyFactor` plus what it admitted itself stays within the limit. A key Redis never reported on
@@ -70,7 +70,8 @@ export class LocalFallback {
       const used = committedUnits(hit, consumption, i);
       const seen = this.lastSeen.get(hit.key);
       // A fixed window's count never falls: keep the highest figure seen in the same window. (A
-      // window taken for another after a stall only makes the latest figure count.)
+      // window taken for another after a stall only makes the latest figure count. The lost-write
+      // check, which must name windows exactly, keeps its own by their start on Redis's clock.)
       const same = seen && hit.algorithm === 'fixed-window' && Math.abs(resetAt - seen.resetAt) <= WINDOW_MATCH_MS;
       this.lastSeen.set(hit.key, {
         used: same && seen.limit === hit.limit ? Math.max(used, seen.used) : used,
@@ -142,12 +143,4 @@ export class LocalFallback {
       };
     });
   }
-}
-
-/**
- * Units in the store's counter after a request: a rule's decision reports its count as if the
- * request were admitted, but when another rule refused the request, this hit was not counted.
- */
-function committedUnits(hit: RateLimitHit, consumption: RateLimitConsumption, index: number): number {
-  return hit.limit - remainingAfter(consumption.decisions[index], consumption.allowed, hit.cost);
 }

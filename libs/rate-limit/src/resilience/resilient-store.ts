@@ -1,5 +1,4 @@
-import type { StoreProblemLog } from '../logging/store-problem-log.js';
-import { neverReachedRedis } from '../redis/unsent-error.js';
+import { type StoreProblemLog, describeError } from '../logging/store-problem-log.js';
 import type {
   RateLimitConsumption,
   RateLimitDecision,
@@ -10,11 +9,11 @@ import type {
 import { LocalFallback, type LocalFallbackOptions } from './local-fallback.js';
 import type { RateLimitStoreErrorPolicy } from './store-error-policy.js';
 
-/** Retry-After for requests refused because the store failed under `onStoreError: 'deny'`. */
+/** Retry-After for requests refused because the store failed under the policy `'deny'`. */
 const STORE_ERROR_RETRY_MS = 1_000;
 
 export interface ResilienceOptions {
-  /** The module's `onStoreError`, for hits whose rule names none. */
+  /** The module's `storeErrors.policy`, for hits whose rule names none. */
   policy: RateLimitStoreErrorPolicy;
   localFallback: LocalFallbackOptions;
 }
@@ -27,7 +26,8 @@ export interface ResilientConsumption extends RateLimitConsumption {
 /**
  * The store as the limiter uses it: the configured store, and around a shared one (Redis) what
  * keeps requests decided while it fails. A failed call (an error, a missed deadline, an open
- * circuit) is decided by each rule's `onStoreError`: `'deny'` refuses, `'allow'` admits, and
+ * circuit) is decided by each rule's store-error policy (its `onStoreError`, else the module's
+ * `storeErrors.policy`): `'deny'` refuses, `'allow'` admits, and
  * `'local'` rules are decided together by the local fallback, from what the store last reported.
  * Once the store answers again, what the fallback admitted meanwhile is recorded in it.
  *
@@ -98,7 +98,7 @@ export class ResilientStore {
     const reason = describeError(error);
     this.problems.report(
       reason,
-      `Rate-limit store failed (${reason}); requests decided by onStoreError '${[...new Set(policies)].join('/')}'`,
+      `Rate-limit store failed (${reason}); requests decided by the store-error policy '${[...new Set(policies)].join('/')}'`,
     );
     const denied = policies.includes('deny');
     const localIndices = denied ? [] : policies.flatMap((policy, i) => (policy === 'local' ? [i] : []));
@@ -107,7 +107,7 @@ export class ResilientStore {
         ? await this.fallback.consume(
             localIndices.map((i) => hits[i]),
             now,
-            neverReachedRedis(error),
+            this.store.neverReached(error),
           )
         : undefined;
     const allowed = !denied && (local?.allowed ?? true);
@@ -141,9 +141,4 @@ export class ResilientStore {
 function policyOf(policies: readonly RateLimitStoreErrorPolicy[]): RateLimitStoreErrorPolicy {
   if (policies.includes('deny')) return 'deny';
   return policies.includes('local') ? 'local' : 'allow';
-}
-
-/** An error for a log line: its class (cockatiel's errors all have the name 'Error') and message. */
-export function describeError(error: unknown): string {
-  return error instanceof Error ? `${error.constructor.name}: ${error.message}` : String(error);
 }

@@ -67,6 +67,11 @@ export function remainingAfter(decision: RateLimitDecision, requestAllowed: bool
   return !requestAllowed && decision.allowed ? decision.remaining + cost : decision.remaining;
 }
 
+/** Units in a hit's counter after its request: nothing of a refused request was counted. */
+export function committedUnits(hit: RateLimitHit, consumption: RateLimitConsumption, index: number): number {
+  return hit.limit - remainingAfter(consumption.decisions[index], consumption.allowed, hit.cost);
+}
+
 /** An admitted hit to take back. */
 export interface RateLimitRefund {
   hit: RateLimitHit;
@@ -87,8 +92,9 @@ export abstract class RateLimitStore {
   abstract readonly description: string;
   /**
    * Whether the counters live outside this process, shared by every instance (Redis). Such a store
-   * can fail while the app runs, and the module puts `onStoreError` and the local fallback around
-   * it; a store in this process (false) is used as it is.
+   * can fail while the app runs; the module then decides with the store-error policies and, for
+   * `'local'`, a fallback in this instance (`resilience/`). A store in this process (false) gets no
+   * fallback.
    */
   readonly shared: boolean = true;
   /**
@@ -115,4 +121,12 @@ export abstract class RateLimitStore {
    * beside them): their identities start afresh.
    */
   abstract reset(keys: readonly string[]): Promise<void>;
+  /**
+   * Whether a failed call certainly never reached the store (no connection, an open circuit). Only
+   * then are the requests a fallback admitted in its stead recorded in it later: a call that may
+   * have run is never recorded again, so a request counts once. Default false: never recorded.
+   */
+  neverReached(_error: unknown): boolean {
+    return false;
+  }
 }

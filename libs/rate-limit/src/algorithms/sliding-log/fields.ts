@@ -5,8 +5,3 @@
  * another's and a refund can name exactly the members its request added.
  */
 export const SLIDING_LOG_REDIS_TYPE = 'zset';
-
-/** The sorted-set member of one unit of an admitted request (as the Lua writes it). */
-export function slidingLogMember(admittedAt: number, nonce: string, unit: number): string {
-  return `${admittedAt}:${nonce}:${unit}`;
-}

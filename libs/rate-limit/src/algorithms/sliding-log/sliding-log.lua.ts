@@ -1,7 +1,6 @@
 /**
  * Sliding log in Lua: the twin of `sliding-log.ts`. A sorted set, one member per admitted unit,
- * scored by its time; members are `time:nonce:unit`, unique per request (`fields.ts` says how, and
- * builds the same member in TypeScript).
+ * scored by its time; members are `time:nonce:unit`, unique per request (`fields.ts` says why).
  */
 export const SLIDING_LOG_LUA = `
 ALG['sliding-log'] = {

@@ -4,7 +4,7 @@ import {
   type RateLimitConsumption,
   type RateLimitHit,
   type RateLimitRefund,
-  remainingAfter,
+  committedUnits,
 } from '../../store/rate-limit-store.js';
 
 /** What this instance last saw of a fixed window. */
@@ -17,7 +17,7 @@ interface SeenWindow {
   limit: number;
 }
 
-/** What the guard needs of the Redis store to set a count right. */
+/** What the check needs of the Redis store to set a count right. */
 export interface LostWriteRepairs {
   refund(refunds: readonly RateLimitRefund[]): Promise<void>;
   /** Raises the window that started at `windowStart` to at least `figure`, if it is still the key's. */
@@ -26,7 +26,7 @@ export interface LostWriteRepairs {
 
 /**
  * A failover defence: writes a promoted replica never received. Redis reports clearly less for a
- * fixed window than this instance saw in the same window, and nothing errors. The guard then decides
+ * fixed window than this instance saw in the same window, and nothing errors. The check then decides
  * on the higher figure, raises the counter in Redis to it, and if the higher figure refuses the
  * request, takes back what Redis admitted.
  *
@@ -34,7 +34,7 @@ export interface LostWriteRepairs {
  * groups) lower a count by a few units. Rules with `countOn` are not checked, since their refunds
  * lower counts by design; nor are other algorithms, whose counts fall within a window by design.
  */
-export class LostWriteGuard {
+export class LostWriteCheck {
   private readonly seen: LRUCache<string, SeenWindow>;
 
   constructor(
@@ -116,7 +116,9 @@ export class LostWriteGuard {
       if (start === undefined) return;
       const used = committedUnits(hit, consumption, i);
       const seen = this.seen.get(hit.key);
-      // A fixed window's count never falls: keep the highest figure seen in the same window.
+      // A fixed window's count never falls: keep the highest figure seen in the same window. (The
+      // local fallback keeps its own figures, by a window's end on this instance's clock: it serves
+      // every algorithm and needs no exact window.)
       const same = seen && seen.start === start && seen.limit === hit.limit;
       this.seen.set(hit.key, { start, used: same ? Math.max(used, seen.used) : used, limit: hit.limit });
     });
@@ -125,12 +127,4 @@ export class LostWriteGuard {
 
 function checked(hit: RateLimitHit): boolean {
   return hit.algorithm === 'fixed-window' && !hit.conditional;
-}
-
-/**
- * Units in Redis's counter after a request: a rule's decision reports its count as if the request
- * were admitted, but when another rule refused the request, this hit was not counted.
- */
-function committedUnits(hit: RateLimitHit, consumption: RateLimitConsumption, index: number): number {
-  return hit.limit - remainingAfter(consumption.decisions[index], consumption.allowed, hit.cost);
 }
