@@ -9,11 +9,10 @@
  *
  *   npm run bench:peers
  */
-import { Test } from '@nestjs/testing';
 import { Redis } from 'ioredis';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
-import { RateLimitModule, RateLimitStore, RateLimiterService } from 'nest-rate-limit';
 import { startRedisServer } from '../test/support/redis-server.js';
+import { createStore, hit } from '../test/support/store-module.js';
 
 const IN_FLIGHT = [1, 16, 128] as const;
 const KEYS = { hot: 1, '10k keys': 10_000 } as const;
@@ -67,31 +66,13 @@ async function main(): Promise<void> {
   const client = new Redis(server.url);
   const floorSha = String(await client.script('LOAD', FLOOR_LUA));
   const flexible = new RateLimiterRedis({ storeClient: client, points: HUGE, duration: 60, keyPrefix: 'rlf' });
-  const moduleRef = await Test.createTestingModule({
-    imports: [RateLimitModule.forRoot({ redis: server.url, logging: false, globalGuard: false })],
-  }).compile();
-  moduleRef.useLogger(false);
-  await moduleRef.init();
-  const store = moduleRef.get(RateLimitStore);
-  const limiter = moduleRef.get(RateLimiterService);
+  const { store, limiter, close } = await createStore({ redis: server.url });
   const rule = { name: 'bench', count: HUGE, window: '1m' } as const;
 
   const contenders: Record<string, Decide> = {
     'one-EVALSHA floor': (key) => client.evalsha(floorSha, 1, `floor:{${key}}`, 60_000),
     'rate-limiter-flexible': (key) => flexible.consume(String(key)),
-    'ours: store call': (key) =>
-      store.consume([
-        {
-          key: `rl:{${key}}:bench:fw`,
-          algorithm: 'fixed-window',
-          limit: HUGE,
-          windowMs: 60_000,
-          cost: 1,
-          burst: HUGE,
-          blockMs: 0,
-          conditional: false,
-        },
-      ]),
+    'ours: store call': (key) => store.consume([hit(`rl:{${key}}:bench:fw`, { limit: HUGE, windowMs: 60_000 })]),
     'ours: RateLimiterService.consume': (key) => limiter.consume(rule, String(key)),
   };
 
@@ -130,7 +111,7 @@ async function main(): Promise<void> {
     }
     console.log(rows.join('\n'));
   } finally {
-    await moduleRef.close();
+    await close();
     client.disconnect();
     await server.stop();
   }

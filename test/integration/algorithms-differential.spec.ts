@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  ALGORITHM_NAMES,
   MemoryRateLimitStore,
   type RateLimitAlgorithmName,
   type RateLimitHit,
@@ -9,8 +10,6 @@ import {
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createStore } from '../support/store-module.js';
 import { uniquePrefix } from '../support/test-app.js';
-
-const ALGORITHMS: RateLimitAlgorithmName[] = ['fixed-window', 'sliding-window', 'sliding-log', 'token-bucket', 'gcra'];
 
 interface RuleShape {
   algorithm: RateLimitAlgorithmName;
@@ -131,7 +130,7 @@ describe('Redis scripts and the embedded store decide and refund alike (property
     }
   }
 
-  it.each(ALGORITHMS)('%s', async (algorithm) => {
+  it.each(ALGORITHM_NAMES)('%s', async (algorithm) => {
     await fc.assert(
       fc.asyncProperty(rule(fc.constant(algorithm)), traffic, start, (shape, requests, t0) =>
         replay([shape], requests, t0),
@@ -143,7 +142,7 @@ describe('Redis scripts and the embedded store decide and refund alike (property
   it('several rules of any algorithms on one request: all admit and move, or none moves', async () => {
     await fc.assert(
       fc.asyncProperty(
-        fc.array(rule(fc.constantFrom(...ALGORITHMS)), { minLength: 2, maxLength: 3 }),
+        fc.array(rule(fc.constantFrom(...ALGORITHM_NAMES)), { minLength: 2, maxLength: 3 }),
         traffic,
         start,
         (shapes, requests, t0) => replay(shapes, requests, t0),

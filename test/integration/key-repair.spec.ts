@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
+  ALGORITHM_NAMES,
   type RateLimitAlgorithmName,
   type RateLimitHit,
   type RateLimitStore,
@@ -14,7 +15,6 @@ import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createStore, hit } from '../support/store-module.js';
 import { uniquePrefix } from '../support/test-app.js';
 
-const ALGORITHMS: RateLimitAlgorithmName[] = ['fixed-window', 'sliding-window', 'sliding-log', 'token-bucket', 'gcra'];
 const GRACE_MS = 1_000;
 
 /** Keys the library writes, planted as older code, a bad restore or another program would leave them. */
@@ -61,7 +61,7 @@ describe('keys found without a TTL or corrupt are mended by the next request tha
 
   const admitted = async (hits: RateLimitHit[], now: number) => (await store.consume(hits, now)).allowed;
 
-  it.each(ALGORITHMS)(
+  it.each(ALGORITHM_NAMES)(
     '%s: a full counter without a TTL gets one and frees the client when its window ends',
     async (algorithm) => {
       const rule = keyOf(`counter-${algorithm}`, algorithm)({ limit: 2, windowMs: 10_000 });
@@ -153,7 +153,7 @@ describe('keys found without a TTL or corrupt are mended by the next request tha
       gcra: (r, key) => r.hset(key, 'not', 'a string'),
     };
 
-    it.each(ALGORITHMS)(
+    it.each(ALGORITHM_NAMES)(
       '%s: WRONGTYPE is mended, the request decided on a fresh counter, the circuit stays closed',
       async (algorithm) => {
         const makeHit = keyOf(`wrongtype-${algorithm}`, algorithm);

@@ -3,6 +3,7 @@ import { Test } from '@nestjs/testing';
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
+  ALGORITHM_NAMES,
   MemoryRateLimitStore,
   type RateLimitAlgorithmName,
   type RateLimitConsumption,
@@ -13,8 +14,6 @@ import { AppModule } from '../../apps/demo/src/app.module.js';
 import { createStore, hit } from '../support/store-module.js';
 import { uniquePrefix } from '../support/test-app.js';
 import { burst as httpBurst, statuses } from '../support/traffic.js';
-
-const ALGORITHMS: RateLimitAlgorithmName[] = ['fixed-window', 'sliding-window', 'sliding-log', 'token-bucket', 'gcra'];
 
 /** Small, so that a flood of ten times as many identities stays fast. */
 const MAX_KEYS = 200;
@@ -102,7 +101,7 @@ describe('the embedded store under a flood of 10 x memoryStore.maxKeys identitie
     }
   }
 
-  describe.each(ALGORITHMS)('counters: %s', (algorithm) => {
+  describe.each(ALGORITHM_NAMES)('counters: %s', (algorithm) => {
     const shape = victimRule(algorithm);
     const victim = hit('victim', shape);
 
@@ -165,7 +164,7 @@ describe('the embedded store under a flood of 10 x memoryStore.maxKeys identitie
     });
   });
 
-  describe.each(ALGORITHMS)('blocks: %s', (algorithm) => {
+  describe.each(ALGORITHM_NAMES)('blocks: %s', (algorithm) => {
     /** 2 per second, then 60 s of penalty. */
     const shape: RuleShape = { algorithm, limit: 2, windowMs: 1_000, burst: 2 };
     const penaltyMs = 60_000;

@@ -6,18 +6,20 @@ import {
   RateLimitModule,
   type RateLimitModuleOptions,
   RateLimitStore,
+  RateLimiterService,
   RedisService,
 } from 'nest-rate-limit';
 
 /**
- * The library's store as a Nest app builds it (Redis when `options.redis` is set), without HTTP.
- * Its log lines go to `logger` (none by default).
+ * The library's store as a Nest app builds it (Redis when `options.redis` is set), without HTTP,
+ * and the limiter deciding with it. Their log lines go to `logger` (none by default).
  */
 export async function createStore(
   options: RateLimitModuleOptions,
   logger: LoggerService | false = false,
 ): Promise<{
   store: RateLimitStore;
+  limiter: RateLimiterService;
   redis: RedisService;
   close(): Promise<void>;
 }> {
@@ -26,7 +28,12 @@ export async function createStore(
   }).compile();
   moduleRef.useLogger(logger);
   await moduleRef.init();
-  return { store: moduleRef.get(RateLimitStore), redis: moduleRef.get(RedisService), close: () => moduleRef.close() };
+  return {
+    store: moduleRef.get(RateLimitStore),
+    limiter: moduleRef.get(RateLimiterService),
+    redis: moduleRef.get(RedisService),
+    close: () => moduleRef.close(),
+  };
 }
 
 /** A hit with defaults: fixed window, cost 1, burst = limit, no block, counted at once. */

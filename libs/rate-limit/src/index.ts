@@ -29,7 +29,7 @@ export type {
 } from './rules/rate-limit-rule.js';
 export { RateLimitConfigurationError } from './rules/rate-limit-rule.js';
 export type { Duration } from './rules/duration.js';
-export type { RateLimitAlgorithmName } from './algorithms/algorithm.js';
+export { ALGORITHM_NAMES, type RateLimitAlgorithmName } from './algorithms/algorithm.js';
 
 // HTTP: the guard, the interceptor, the 429.
 export { RateLimitGuard } from './http/rate-limit.guard.js';

@@ -1,6 +1,7 @@
 /** The algorithms a rule can use. */
 export type RateLimitAlgorithmName = 'fixed-window' | 'sliding-window' | 'sliding-log' | 'token-bucket' | 'gcra';
 
+/** Every algorithm a rule can name, in the order the docs list them. */
 export const ALGORITHM_NAMES: readonly RateLimitAlgorithmName[] = [
   'fixed-window',
   'sliding-window',

@@ -48,7 +48,11 @@ export class HitPreparation {
 
   /** The state key of a rule for an identity, as `forIdentity` counts it. */
   keyOf(rule: RateLimitRule, identity: string): string {
-    return rateLimitKey(this.keyPrefix, rule.name, this.identityOf(rule, identity), rule.algorithm);
+    return this.stateKey(rule, this.identityOf(rule, identity));
+  }
+
+  private stateKey(rule: RateLimitRule, identity: string | null): string {
+    return rateLimitKey(this.keyPrefix, rule.name, identity, rule.algorithm);
   }
 
   /**
@@ -67,7 +71,7 @@ export class HitPreparation {
       identity: identity ?? ANONYMOUS_IDENTITY,
       thresholds,
       hit: {
-        key: rateLimitKey(this.keyPrefix, rule.name, identity, rule.algorithm),
+        key: this.stateKey(rule, identity),
         conditional: rule.countOn !== 'all',
         algorithm: rule.algorithm,
         limit: thresholds.count,

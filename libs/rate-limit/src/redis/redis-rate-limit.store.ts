@@ -72,7 +72,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     const nonce = this.nextNonce();
     // Whole milliseconds: the scripts' replies and sorted-set members carry no fractions.
     const at = now === undefined ? undefined : Math.floor(now);
-    const groups = this.groupBySlot(hits);
+    const groups = this.groupBySlot(hits.map((hit) => hit.key));
     const settled = await Promise.allSettled(groups.map((indices) => this.consumeGroup(hits, indices, at, nonce)));
     const failures = settled.flatMap((result) => (result.status === 'rejected' ? [result.reason as unknown] : []));
     if (failures.length > 0 && groups.length > 1) {
@@ -121,7 +121,8 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
   async record(hits: readonly RateLimitHit[], now?: number): Promise<void> {
     const nonce = this.nextNonce();
     const at = now === undefined ? undefined : Math.floor(now);
-    await Promise.all(this.groupBySlot(hits).map((indices) => this.consumeGroup(hits, indices, at, nonce, true)));
+    const groups = this.groupBySlot(hits.map((hit) => hit.key));
+    await Promise.all(groups.map((indices) => this.consumeGroup(hits, indices, at, nonce, true)));
   }
 
   async settle(settlements: readonly RateLimitSettlement[]): Promise<void> {
@@ -145,12 +146,11 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
 
   async reset(keys: readonly string[]): Promise<void> {
     this.lostWrites?.forget(keys);
-    const bySlot = new Map<number, string[]>();
-    for (const key of keys) {
-      const slot = this.slotOf(key);
-      bySlot.set(slot, [...(bySlot.get(slot) ?? []), key]);
-    }
-    await Promise.all([...bySlot.values()].map((group) => this.redis.run(RESET_SCRIPT, encodeReset(group), [])));
+    await Promise.all(
+      this.groupBySlot(keys).map((indices) =>
+        this.redis.run(RESET_SCRIPT, encodeReset(indices.map((i) => keys[i])), []),
+      ),
+    );
   }
 
   /**
@@ -219,12 +219,12 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     return `${PROCESS_NONCE}${(this.sequence++).toString(36)}`;
   }
 
-  /** Indices of hits grouped by hash slot; everything in one group on a standalone server. */
-  private groupBySlot(hits: readonly RateLimitHit[]): number[][] {
-    if (hits.length === 1) return [[0]];
+  /** Indices of keys grouped by hash slot; everything in one group on a standalone server. */
+  private groupBySlot(keys: readonly string[]): number[][] {
+    if (keys.length === 1) return [[0]];
     const bySlot = new Map<number, number[]>();
-    hits.forEach((hit, i) => {
-      const slot = this.slotOf(hit.key);
+    keys.forEach((key, i) => {
+      const slot = this.slotOf(key);
       const group = bySlot.get(slot);
       if (group) group.push(i);
       else bySlot.set(slot, [i]);
