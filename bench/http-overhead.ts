@@ -1,7 +1,7 @@
 /**
  * What the limiter costs per request, measured over HTTP against the built demo app.
  *
- *   npm run bench                # 10 s per scenario; BENCH_SECONDS=30 npm run bench for longer
+ *   npm run bench:http           # 10 s per scenario; BENCH_SECONDS=30 npm run bench:http for longer
  *
  * The demo runs in its own process (one core), autocannon in this one (the other core); Redis is a
  * redis-server this script starts on a free loopback port. Scenarios, each after a 2 s warm-up:

@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RateLimitStore } from 'nest-rate-limit';
-import { fixedWindowCount, plantFixedWindow } from '../support/inspect.js';
+import { fixedWindowCount, plantFixedWindow, redisNow } from '../support/inspect.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createStore, hit } from '../support/store-module.js';
 import { uniquePrefix } from '../support/test-app.js';
@@ -23,11 +23,6 @@ describe('Redis store (consume script) against a real Redis', () => {
     await server?.stop();
   });
 
-  async function redisNow(): Promise<number> {
-    const [seconds, micros] = await redis.time();
-    return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
-  }
-
   async function keysWithoutTtl(pattern: string): Promise<string[]> {
     const keys = await redis.keys(pattern);
     const ttls = await Promise.all(keys.map((key) => redis.pttl(key)));
@@ -41,7 +36,7 @@ describe('Redis store (consume script) against a real Redis', () => {
       // A key of the library's layout (`…:rule:algorithm`), so each round's marker is its own.
       const key = `${prefix}:{edge}:r${round}:fw`;
       // Near the limit, its window ending (and the key expiring) in 3 ms: some hits land before, some after.
-      await plantFixedWindow(redis, key, { start: (await redisNow()) - 60_000 + 3, count: 2 });
+      await plantFixedWindow(redis, key, { start: (await redisNow(redis)) - 60_000 + 3, count: 2 });
       await redis.pexpire(key, 3);
       const decisions = await Promise.all(
         Array.from(
@@ -67,7 +62,7 @@ describe('Redis store (consume script) against a real Redis', () => {
 
   it('repairs a key left without a TTL on the next request, admitted or not', async () => {
     const prefix = uniquePrefix();
-    const now = await redisNow();
+    const now = await redisNow(redis);
     await plantFixedWindow(redis, `${prefix}:over`, { start: now, count: 7 });
     await plantFixedWindow(redis, `${prefix}:under`, { start: now, count: 1 });
     expect(await keysWithoutTtl(`${prefix}:*`)).toHaveLength(2);

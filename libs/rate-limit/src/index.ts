@@ -53,6 +53,7 @@ export {
   type RateLimitReceipt,
   type RateLimitRefund,
   type RateLimitSettlement,
+  type LiftedKeysWatcher,
 } from './store/rate-limit-store.js';
 export { MemoryRateLimitStore } from './store/memory-rate-limit.store.js';
 export { rateLimitKey, rateLimitKeys, keysBeside, type RateLimitKeysBeside } from './store/key-layout.js';

@@ -42,15 +42,22 @@ export class SampledLogger {
     this.options = options;
   }
 
-  /** Counts one event under `key`; `subject` describes the key in its lines. */
-  record(key: string, subject: string): void {
+  /**
+   * Counts one event under `key`; `subject` describes the key in its lines (a function: made only
+   * when the key is new, since most events of a busy key write nothing).
+   */
+  record(key: string, subject: string | (() => string)): void {
     const now = Date.now();
     let entry = this.entries.get(key);
     if (entry) {
       // Keep recently active keys at the end, so eviction takes the quietest.
       this.entries.delete(key);
     } else {
-      entry = { subject, pending: 0, lastLineAt: Number.NEGATIVE_INFINITY };
+      entry = {
+        subject: typeof subject === 'function' ? subject() : subject,
+        pending: 0,
+        lastLineAt: Number.NEGATIVE_INFINITY,
+      };
       if (this.entries.size >= this.options.maxKeys) this.evictOldest();
     }
     this.entries.set(key, entry);

@@ -7,6 +7,7 @@ import type { ResolvedRateLimitOptions } from './options.js';
 export const RATE_LIMIT_DEFAULTS = {
   keyPrefix: 'rl',
   memoryStore: { maxKeys: 10_000 },
+  blockCache: { maxKeys: 10_000 },
   storeErrors: {
     policy: 'local',
     timeoutMs: 100,

@@ -52,7 +52,7 @@ export interface RateLimitFailoverOptions {
   detectLostWrites?: boolean;
   /**
    * Fixed-window rules: once a window's count reaches this share of the limit, also keep it in a
-   * marker key (two windows long); a counter a failover lost resumes from it. Default 0.8; `false`: none.
+   * marker key (as long as the window); a counter a failover lost resumes from it. Default 0.8; `false`: none.
    */
   marker?: number | false;
   /**
@@ -85,6 +85,14 @@ export interface RateLimitModuleOptions {
   memoryStore?: { maxKeys?: number };
   /** Prefix of every key the library writes. Default `'rl'`. */
   keyPrefix?: string;
+  /**
+   * A shared store (Redis): keys it refused until the reset it reported (a full window, a
+   * `blockFor` penalty) are refused here without asking it again, at most `maxKeys` at once, least
+   * recently used forgotten first. A reset through `RateLimiterService.reset` on any instance, a
+   * refund and a changed limit lift such a block at once. Not for `countOn` rules, whose counts fall
+   * when units are refunded. Default `{ maxKeys: 10_000 }`; `false`: ask the store every time.
+   */
+  blockCache?: { maxKeys?: number } | false;
 
   // Failure policy and failover tuning.
   storeErrors?: RateLimitStoreErrorOptions;
@@ -137,6 +145,7 @@ export type RateLimitModuleAsyncOptions = ConfigurableModuleAsyncOptions<RateLim
 export interface ResolvedRateLimitOptions {
   keyPrefix: string;
   memoryStore: { maxKeys: number };
+  blockCache: { maxKeys: number } | false;
   storeErrors: {
     policy: RateLimitStoreErrorPolicy;
     timeoutMs: number;

@@ -71,11 +71,12 @@ const resilientStoreProvider: Provider = {
   useFactory: (
     store: RateLimitStore,
     problems: StoreProblemLog,
-    { storeErrors, memoryStore }: ResolvedRateLimitOptions,
+    { storeErrors, memoryStore, blockCache }: ResolvedRateLimitOptions,
   ) =>
     new ResilientStore(store, problems, {
       policy: storeErrors.policy,
       localFallback: { ...storeErrors.localFallback, maxKeys: memoryStore.maxKeys },
+      blockCache,
     }),
 };
 

@@ -14,10 +14,11 @@ const LEVELS: readonly SampledLogLevel[] = ['error', 'warn', 'log', 'debug', 've
 const FIELDS = {
   // prettier-ignore
   '': [
-    'redis', 'store', 'memoryStore', 'keyPrefix', 'storeErrors', 'failover', 'countOn',
+    'redis', 'store', 'memoryStore', 'blockCache', 'keyPrefix', 'storeErrors', 'failover', 'countOn',
     'headers', 'logging', 'configCentre', 'ipv6PrefixBits', 'clock', 'isGlobal', 'globalGuard',
   ],
   memoryStore: ['maxKeys'],
+  blockCache: ['maxKeys'],
   storeErrors: ['policy', 'timeoutMs', 'circuitBreaker', 'localFallback', 'status'],
   'storeErrors.circuitBreaker': ['failureRatio', 'minimumCalls', 'windowMs', 'consecutiveFailures', 'halfOpenAfterMs'],
   'storeErrors.localFallback': ['safetyFactor', 'expectedInstances'],
@@ -156,6 +157,16 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
   }
 
   const memoryStore = group('memoryStore', options.memoryStore);
+  const blockCache =
+    options.blockCache === false
+      ? false
+      : {
+          maxKeys: positive(
+            'blockCache.maxKeys',
+            group('blockCache', options.blockCache).maxKeys,
+            D.blockCache.maxKeys,
+          ),
+        };
   const { ipv6PrefixBits = D.ipv6PrefixBits, clock } = options;
   if (!(Number.isInteger(ipv6PrefixBits) && ipv6PrefixBits >= 1 && ipv6PrefixBits <= 128)) {
     fail('ipv6PrefixBits', 'must be a whole number from 1 to 128', ipv6PrefixBits);
@@ -165,6 +176,7 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
   return {
     keyPrefix,
     memoryStore: { maxKeys: positive('memoryStore.maxKeys', memoryStore.maxKeys, D.memoryStore.maxKeys) },
+    blockCache,
     storeErrors: {
       policy: oneOf('storeErrors.policy', storeErrors.policy, STORE_ERROR_POLICIES, D.storeErrors.policy),
       timeoutMs: positive('storeErrors.timeoutMs', storeErrors.timeoutMs, D.storeErrors.timeoutMs),

@@ -73,6 +73,7 @@ export function isRedisFailure(error: Error): boolean {
  */
 export class RedisCircuitBreaker {
   private readonly policy: CircuitBreakerPolicy;
+  private readonly breaker: EitherBreaker;
   private readonly transitions: SampledLogger;
 
   constructor(options: Required<RateLimitCircuitBreakerOptions>, logger: LoggerService, logIntervalMs: number) {
@@ -83,16 +84,17 @@ export class RedisCircuitBreaker {
       level: 'warn',
       summary: 'Redis circuit transitions',
     });
+    this.breaker = new EitherBreaker([
+      new SamplingBreaker({
+        threshold: options.failureRatio,
+        duration: options.windowMs,
+        minimumRps: options.minimumCalls / (options.windowMs / 1000),
+      }),
+      new ConsecutiveBreaker(options.consecutiveFailures),
+    ]);
     this.policy = circuitBreaker(handleWhen(isRedisFailure), {
       halfOpenAfter: options.halfOpenAfterMs,
-      breaker: new EitherBreaker([
-        new SamplingBreaker({
-          threshold: options.failureRatio,
-          duration: options.windowMs,
-          minimumRps: options.minimumCalls / (options.windowMs / 1000),
-        }),
-        new ConsecutiveBreaker(options.consecutiveFailures),
-      ]),
+      breaker: this.breaker,
     });
     const messages: Record<CircuitState, string> = {
       [CircuitState.Open]: `Redis circuit open: no calls to Redis for ${options.halfOpenAfterMs} ms; requests follow the store-error policies`,
@@ -116,7 +118,27 @@ export class RedisCircuitBreaker {
     return STATE_NAMES[this.policy.state];
   }
 
+  /**
+   * While the circuit is closed, `call` runs as cockatiel's `execute` would run it, without its
+   * layers of promises on every call: a success goes to the breakers, a failure through `execute`
+   * (which counts it and opens the circuit when it must), and the caller gets the call's own error
+   * either way. Otherwise `execute` decides.
+   */
   execute<T>(call: () => Promise<T>): Promise<T> {
-    return this.policy.execute(call);
+    if (this.policy.state !== CircuitState.Closed) return this.policy.execute(call);
+    return call().then(
+      (value) => {
+        this.breaker.success(CircuitState.Closed);
+        return value;
+      },
+      (error: unknown) => {
+        if (this.policy.state !== CircuitState.Closed) throw error;
+        return this.policy
+          .execute(() => Promise.reject(error))
+          .catch(() => {
+            throw error;
+          });
+      },
+    );
   }
 }

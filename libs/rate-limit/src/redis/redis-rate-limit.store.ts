@@ -1,26 +1,42 @@
 import { randomBytes } from 'node:crypto';
 import { Cluster } from 'ioredis';
 import calculateSlot from 'cluster-key-slot';
+import { ALGORITHM_NAMES } from '../algorithms/algorithm.js';
 import type { StoreProblemLog } from '../logging/store-problem-log.js';
 import {
   type RateLimitConsumption,
   type RateLimitDecision,
   type RateLimitHit,
   type RateLimitReceipt,
+  type LiftedKeysWatcher,
   type RateLimitSettlement,
   RateLimitStore,
 } from '../store/rate-limit-store.js';
 import type { LostWriteCheck, LostWriteRepairs } from './failover/lost-write-check.js';
 import type { ReplicaWait } from './failover/replica-wait.js';
 import type { RedisService } from './redis.service.js';
-import { CONSUME_SCRIPT, decodeConsume, encodeConsume } from './scripts/consume.script.js';
+import {
+  CONSUME_SCRIPTS,
+  PLAIN_CONSUME_SCRIPT,
+  askedForConsumeScripts,
+  decodeConsume,
+  encodeConsume,
+  encodePlainConsume,
+  isPlainConsume,
+} from './scripts/consume.script.js';
 import { RAISE_FIXED_WINDOW_SCRIPT, encodeRaiseFixedWindow } from './scripts/raise-fixed-window.script.js';
-import { REFUND_SCRIPT, encodeRefund } from './scripts/refund.script.js';
+import { REFUND_SCRIPTS, encodeRefund } from './scripts/refund.script.js';
 import { RESET_SCRIPT, encodeReset } from './scripts/reset.script.js';
 import { UnsentCallsError, neverReachedRedis } from './unsent-error.js';
 
-/** Unique per process; with a per-call sequence it makes every request's nonce unique. */
+/**
+ * Unique per process; with the process's call sequence it makes every request's nonce unique. The
+ * sequence is the process's, not a store's: two stores in one process (two apps, or a test's
+ * instances) must not hand out the same nonce, which would merge two sliding-log admissions made
+ * in the same ms into one member.
+ */
 const PROCESS_NONCE = randomBytes(6).toString('base64url');
+let sequence = 0;
 
 /** The failover defences of a Redis store (see `redis/failover/`), each optional. */
 export interface RedisFailoverDefences {
@@ -35,8 +51,11 @@ export interface RedisFailoverDefences {
 interface GroupResult {
   indices: readonly number[];
   allowed: boolean;
-  admittedAt: number;
   decisions: RateLimitDecision[];
+  /** What a refund of each hit needs, if the request is admitted. */
+  receipts: RateLimitReceipt[];
+  /** Each hit's window start on Redis's clock (or the given `now`'s). */
+  windowStarts: number[];
 }
 
 /**
@@ -48,7 +67,6 @@ interface GroupResult {
  */
 export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepairs {
   readonly description: string;
-  private sequence = 0;
   private readonly markerShare: number | false;
   private readonly lostWrites: LostWriteCheck | undefined;
   private readonly replicaWait: ReplicaWait | undefined;
@@ -59,11 +77,20 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     defences: RedisFailoverDefences,
   ) {
     super();
-    for (const script of [CONSUME_SCRIPT, REFUND_SCRIPT, RAISE_FIXED_WINDOW_SCRIPT, RESET_SCRIPT]) {
-      redis.register(script);
+    // Loaded on every (re)connect: these, and each variant by algorithms on its first call.
+    for (const script of [PLAIN_CONSUME_SCRIPT, RAISE_FIXED_WINDOW_SCRIPT, RESET_SCRIPT]) redis.register(script);
+    for (const algorithm of ALGORITHM_NAMES) {
+      redis.register(CONSUME_SCRIPTS.for([{ algorithm }]));
+      redis.register(REFUND_SCRIPTS.for([{ algorithm }]));
     }
     this.markerShare = defences.marker;
     this.lostWrites = defences.lostWrites;
+    // A key another instance reset or refunded is no loss to repair here either. (News that may have
+    // been missed forgets nothing: a failover, when the check matters most, cuts it off.)
+    if (this.lostWrites) {
+      const { lostWrites } = this;
+      redis.watchLiftedKeys({ lifted: (keys) => lostWrites.forget(keys), listening: () => undefined });
+    }
     this.replicaWait = defences.replicaWait;
     this.description = `Redis store (${redis.describe()}; shared across instances)`;
   }
@@ -73,6 +100,12 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     // Whole milliseconds: the scripts' replies and sorted-set members carry no fractions.
     const at = now === undefined ? undefined : Math.floor(now);
     const groups = this.groupBySlot(hits.map((hit) => hit.key));
+    if (groups.length === 1) {
+      // Every key in one slot (always on a standalone server): one call, its results in hit order.
+      const result = await this.consumeGroup(hits, groups[0], at, nonce);
+      const { allowed, decisions, receipts, windowStarts } = result;
+      return this.defended(hits, { allowed, decisions, receipts: allowed ? receipts : undefined }, windowStarts);
+    }
     const settled = await Promise.allSettled(groups.map((indices) => this.consumeGroup(hits, indices, at, nonce)));
     const failures = settled.flatMap((result) => (result.status === 'rejected' ? [result.reason as unknown] : []));
     if (failures.length > 0 && groups.length > 1) {
@@ -80,7 +113,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
       const admitted = settled.flatMap((result) =>
         result.status === 'fulfilled' && result.value.allowed ? [result.value] : [],
       );
-      const refunded = await this.refundGroups(hits, admitted, nonce);
+      const refunded = await this.refundGroups(hits, admitted);
       // Nothing of this request is left in Redis only if no failed call was sent and every refund
       // landed; otherwise report a failure that may have run, so nothing counts it again.
       const mayHaveRun = failures.find((failure) => !neverReachedRedis(failure));
@@ -93,23 +126,30 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     const allowed = results.every((result) => result.allowed);
     const decisions: RateLimitDecision[] = [];
     const receipts: RateLimitReceipt[] = [];
-    const decidedAt: number[] = [];
+    const windowStarts: number[] = [];
     for (const result of results) {
       result.indices.forEach((hitIndex, i) => {
         decisions[hitIndex] = result.decisions[i];
-        receipts[hitIndex] = { admittedAt: result.admittedAt, nonce };
-        decidedAt[hitIndex] = result.admittedAt;
+        receipts[hitIndex] = result.receipts[i];
+        windowStarts[hitIndex] = result.windowStarts[i];
       });
     }
     if (!allowed && results.length > 1) {
       await this.refundGroups(
         hits,
         results.filter((result) => result.allowed),
-        nonce,
       );
     }
-    let consumption: RateLimitConsumption = { allowed, decisions, receipts: allowed ? receipts : undefined };
-    if (this.lostWrites) consumption = await this.lostWrites.check(hits, consumption, decidedAt, this);
+    return this.defended(hits, { allowed, decisions, receipts: allowed ? receipts : undefined }, windowStarts);
+  }
+
+  /** A consumption after the failover defences: the lost-write check, then the wait for replicas. */
+  private async defended(
+    hits: readonly RateLimitHit[],
+    decided: RateLimitConsumption,
+    windowStarts: readonly number[],
+  ): Promise<RateLimitConsumption> {
+    const consumption = this.lostWrites ? await this.lostWrites.check(hits, decided, windowStarts, this) : decided;
     if (consumption.allowed && this.replicaWait) await this.replicaWait.afterAdmission();
     return consumption;
   }
@@ -139,8 +179,13 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
       [...byCall.values()].map((group) => {
         const { admittedAt, nonce } = group[0].receipt;
         const { keys, args } = encodeRefund(admittedAt, nonce, group);
-        return this.redis.run(REFUND_SCRIPT, keys, args);
+        return this.redis.run(REFUND_SCRIPTS.for(group.map(({ hit }) => hit)), keys, args);
       }),
+    );
+    // Counts taken back (a Cluster slot's after another refused, a lost-write refusal) may admit
+    // again: every instance's block cache lets them go. (`countOn` rules are never cached.)
+    await this.redis.announceLifted(
+      settlements.flatMap(({ hit, refund }) => (refund && !hit.conditional ? [hit.key] : [])),
     );
   }
 
@@ -151,14 +196,21 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
         this.redis.run(RESET_SCRIPT, encodeReset(indices.map((i) => keys[i])), []),
       ),
     );
+    // After the keys are gone; an instance forgets then, and learns no block from a call sent before.
+    await this.redis.announceLifted(keys);
+  }
+
+  override watchLiftedKeys(watcher: LiftedKeysWatcher): boolean {
+    this.redis.watchLiftedKeys(watcher);
+    return true;
   }
 
   /**
-   * Raises the count of the fixed window that started at `windowStart` (store time) to at least
-   * `figure`, if that window is still the key's (lost-write repair).
+   * Raises the count of the fixed window that started at `windowStart` (Redis's time, or the given
+   * `now`'s) to at least `figure`, if that window is still the key's (lost-write repair).
    */
   async raiseFixedWindow(hit: RateLimitHit, windowStart: number, figure: number): Promise<void> {
-    const { keys, args } = encodeRaiseFixedWindow(hit.key, windowStart, figure);
+    const { keys, args } = encodeRaiseFixedWindow(hit.key, windowStart, hit.windowMs, figure);
     await this.redis.run(RAISE_FIXED_WINDOW_SCRIPT, keys, args);
   }
 
@@ -166,13 +218,9 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
    * Best effort: if a refund fails, those counters over-count, which errs on the safe side.
    * Resolves with whether every refund landed.
    */
-  private async refundGroups(
-    hits: readonly RateLimitHit[],
-    groups: readonly GroupResult[],
-    nonce: string,
-  ): Promise<boolean> {
+  private async refundGroups(hits: readonly RateLimitHit[], groups: readonly GroupResult[]): Promise<boolean> {
     const refunds = groups.flatMap((group) =>
-      group.indices.map((i) => ({ hit: hits[i], receipt: { admittedAt: group.admittedAt, nonce } })),
+      group.indices.map((hitIndex, i) => ({ hit: hits[hitIndex], receipt: group.receipts[i] })),
     );
     if (refunds.length === 0) return true;
     return this.refund(refunds).then(
@@ -189,34 +237,53 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     record = false,
   ): Promise<GroupResult> {
     const group = indices.map((i) => hits[i]);
-    const { keys, args } = encodeConsume({ now, nonce, hits: group, record, markerShare: this.markerShare });
-    const reply = decodeConsume(await this.redis.run(CONSUME_SCRIPT, keys, args), group.length);
+    const call = { now, nonce, hits: group, record, markerShare: this.markerShare };
+    let answer: unknown;
+    if (isPlainConsume(call)) {
+      const { keys, args } = encodePlainConsume(call);
+      answer = await this.redis.run(PLAIN_CONSUME_SCRIPT, keys, args);
+    }
+    if (answer === undefined || askedForConsumeScripts(answer)) {
+      const { keys, args } = encodeConsume(call);
+      answer = await this.redis.run(CONSUME_SCRIPTS.for(group), keys, args);
+    }
+    const reply = decodeConsume(answer, group.length);
+    const decisions = reply.rules.map((rule, i): RateLimitDecision => {
+      if (rule.repaired) {
+        this.problems.report(
+          `repaired:${group[i].key.replace(/\{[^}]*\}/, '{}')}`,
+          `Mended a key found corrupt or without a TTL (${group[i].key}, among others)`,
+        );
+      }
+      const decision: RateLimitDecision = {
+        allowed: rule.allowed,
+        limit: group[i].limit,
+        remaining: rule.remaining,
+        resetMs: rule.resetMs,
+      };
+      // Set only when true, so decisions compare equal to the memory store's.
+      if (rule.provisional) decision.provisional = true;
+      return decision;
+    });
+    const admittedAt = reply.now;
+    const windowStarts = group.map((hit, i) => admittedAt + decisions[i].resetMs - hit.windowMs);
     return {
       indices,
       allowed: reply.allowed,
-      admittedAt: reply.now,
-      decisions: reply.rules.map((rule, i) => {
-        if (rule.repaired) {
-          this.problems.report(
-            `repaired:${group[i].key.replace(/\{[^}]*\}/, '{}')}`,
-            `Mended a key found corrupt or without a TTL (${group[i].key}, among others)`,
-          );
-        }
-        const decision: RateLimitDecision = {
-          allowed: rule.allowed,
-          limit: group[i].limit,
-          remaining: rule.remaining,
-          resetMs: rule.resetMs,
-        };
-        // Set only when true, so decisions compare equal to the memory store's.
-        if (rule.provisional) decision.provisional = true;
-        return decision;
-      }),
+      decisions,
+      windowStarts,
+      // A fixed window on Redis's clock keeps no start in its key: its receipt names the window,
+      // so a refund goes into that window only.
+      receipts: group.map((hit, i) =>
+        now === undefined && hit.algorithm === 'fixed-window'
+          ? { admittedAt, nonce, windowStart: windowStarts[i] }
+          : { admittedAt, nonce },
+      ),
     };
   }
 
   private nextNonce(): string {
-    return `${PROCESS_NONCE}${(this.sequence++).toString(36)}`;
+    return `${PROCESS_NONCE}${(sequence++).toString(36)}`;
   }
 
   /** Indices of keys grouped by hash slot; everything in one group on a standalone server. */

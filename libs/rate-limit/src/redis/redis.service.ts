@@ -9,12 +9,11 @@ import {
 import { type KeyAuditReport, auditRateLimitKeys } from '../audit/key-audit.js';
 import { type CircuitBreakerState, RedisCircuitBreaker } from './redis-circuit-breaker.js';
 import type { RedisScript } from './redis-script.js';
+import type { LiftedKeysWatcher } from '../store/rate-limit-store.js';
 import { RATE_LIMIT_DEFAULTS } from '../module/defaults.js';
+import { CallDeadlines, RedisTimeoutError } from './call-deadlines.js';
 
-/** Raised when Redis does not answer a call within `storeErrors.timeoutMs`. */
-export class RedisTimeoutError extends Error {
-  override readonly name = 'RedisTimeoutError';
-}
+export { RedisTimeoutError };
 
 /** How long the app's start waits for Redis before serving without it. */
 const BOOTSTRAP_CONNECT_MS = 3_000;
@@ -57,9 +56,14 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   private readonly redis: Redis | Cluster | undefined;
   private readonly ownsClient: boolean;
   private readonly timeoutMs: number;
+  private readonly deadlines: CallDeadlines;
   private readonly scripts = new Set<RedisScript>();
   private readonly keyPrefix: string;
   private readonly breaker: RedisCircuitBreaker | undefined;
+  /** Where instances announce the keys whose counts they lowered (`announceLifted`, `watchLiftedKeys`). */
+  private readonly liftedChannel: string;
+  private readonly liftWatchers: LiftedKeysWatcher[] = [];
+  private subscriber: Redis | Cluster | undefined;
 
   /** @internal Nest creates it from the module's options. */
   constructor(
@@ -67,7 +71,9 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     @Inject(RESOLVED_RATE_LIMIT_OPTIONS) resolved: ResolvedRateLimitOptions,
   ) {
     this.timeoutMs = resolved.storeErrors.timeoutMs;
+    this.deadlines = new CallDeadlines(this.timeoutMs);
     this.keyPrefix = resolved.keyPrefix;
+    this.liftedChannel = `${resolved.keyPrefix}:lifted`;
     const { circuitBreaker } = resolved.storeErrors;
     if (circuitBreaker) {
       const logIntervalMs = resolved.logging ? resolved.logging.intervalMs : RATE_LIMIT_DEFAULTS.logging.intervalMs;
@@ -127,10 +133,10 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     return path ? `unix:${path}` : `${host}:${port}`;
   }
 
-  /** Makes a script known, so it is loaded on every (re)connect. */
+  /** Makes a script known, so it is loaded on every (re)connect (`run` does it for a script it meets first). */
   register(script: RedisScript): void {
     this.scripts.add(script);
-    if (this.redis?.status === 'ready') void this.loadScripts();
+    if (this.redis?.status === 'ready') void this.loadScripts([script]);
   }
 
   /**
@@ -139,7 +145,9 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
    * circuit is open, calls reject at once with `BrokenCircuitError`.
    */
   run(script: RedisScript, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {
-    const call = () => withDeadline(script.run(this.client, keys, args), this.timeoutMs, script.name);
+    // A variant built on first use (`ScriptsByAlgorithms`) is loaded on reconnects from now on.
+    if (!this.scripts.has(script)) this.register(script);
+    const call = () => this.deadlines.track(script.run(this.client, keys, args), script.name);
     return this.breaker ? this.breaker.execute(call) : call();
   }
 
@@ -151,6 +159,22 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     const client = this.client;
     if (client instanceof Cluster) return 0;
     return Number(await withDeadline(client.call('WAIT', replicas, timeoutMs), timeoutMs + this.timeoutMs, 'WAIT'));
+  }
+
+  /** @internal Tells every instance's watchers (`watchLiftedKeys`) that these keys' counts were lowered. */
+  async announceLifted(keys: readonly string[]): Promise<void> {
+    if (keys.length === 0) return;
+    await withDeadline(this.client.publish(this.liftedChannel, JSON.stringify(keys)), this.timeoutMs, 'PUBLISH');
+  }
+
+  /**
+   * @internal
+   * Tells `watcher` of the keys any instance announces, over a connection of its own subscribed from
+   * the app's start, and whether it is listening: from each confirmed subscription until that
+   * connection is lost (announcements made meanwhile are missed).
+   */
+  watchLiftedKeys(watcher: LiftedKeysWatcher): void {
+    this.liftWatchers.push(watcher);
   }
 
   /** The circuit breaker's state: `'open'` while calls to Redis are suspended. */
@@ -169,6 +193,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   /** Connects once every module is initialised, so an app whose bootstrap fails leaves no socket open. */
   async onApplicationBootstrap(): Promise<void> {
     if (!this.redis) return;
+    if (this.liftWatchers.length > 0) this.subscribeToLifted(this.redis);
     if (this.ownsClient && this.redis.status === 'wait') {
       // connect() settles only once the server answers; a paused server, or sentinels that are all
       // down, would hold the app's start for ever. Wait a bounded time, then serve by the store-error policies.
@@ -190,6 +215,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
 
   async onApplicationShutdown(): Promise<void> {
     this.breaker?.close();
+    this.subscriber?.disconnect();
     const client = this.redis;
     client?.off('ready', this.onReady);
     if (!client || !this.ownsClient || client.status === 'end') return;
@@ -208,12 +234,55 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
 
   private readonly onReady = () => void this.loadScripts();
 
-  private async loadScripts(): Promise<void> {
+  private subscribeToLifted(client: Redis | Cluster): void {
+    // A connection of its own (a subscribed one takes no other commands). It subscribes on every
+    // (re)connect itself, so it knows when the subscription is confirmed.
+    const own = { enableOfflineQueue: true, lazyConnect: false, autoResubscribe: false };
+    const subscriber =
+      client instanceof Cluster
+        ? client.duplicate(undefined, { ...own, redisOptions: { ...client.options.redisOptions, ...own } })
+        : client.duplicate({ ...own, connectionName: 'rate-limit-lifted' });
+    this.subscriber = subscriber;
+    const listening = (on: boolean) => {
+      for (const watcher of this.liftWatchers) watcher.listening(on);
+    };
+    let refusedSaid = false;
+    subscriber.on('error', () => undefined);
+    subscriber.on('close', () => listening(false));
+    subscriber.on('ready', () => {
+      subscriber.subscribe(this.liftedChannel).then(
+        () => listening(true),
+        (error: unknown) => {
+          // An ACL without this channel (NOPERM), say: no block is kept, and every refusal asks Redis.
+          if (refusedSaid) return;
+          refusedSaid = true;
+          this.logger.warn(
+            `Subscribing to ${this.liftedChannel} failed (${String(error)}); the block cache stays off, every request asks Redis`,
+          );
+        },
+      );
+    });
+    subscriber.on('message', (channel: string, message: string) => {
+      if (channel !== this.liftedChannel) return;
+      let keys: unknown;
+      try {
+        keys = JSON.parse(message);
+      } catch {
+        keys = undefined;
+      }
+      for (const watcher of this.liftWatchers) {
+        if (Array.isArray(keys)) watcher.lifted(keys.filter((key): key is string => typeof key === 'string'));
+        else watcher.listening(true); // Unreadable news: forget every block, and go on listening.
+      }
+    });
+  }
+
+  private async loadScripts(scripts: Iterable<RedisScript> = this.scripts): Promise<void> {
     const client = this.redis;
     if (!client) return;
     const nodes = client instanceof Cluster ? client.nodes('master') : [client];
     try {
-      await Promise.all(nodes.flatMap((node) => [...this.scripts].map((script) => node.script('LOAD', script.source))));
+      await Promise.all(nodes.flatMap((node) => [...scripts].map((script) => node.script('LOAD', script.source))));
     } catch (error) {
       // EVALSHA falls back to EVAL on NOSCRIPT, so a failed preload only costs one extra round trip.
       this.logger.debug(`Preloading Lua scripts failed: ${String(error)}`);
@@ -223,11 +292,8 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
 
 /**
  * Rejects with `RedisTimeoutError` when `promise` has not settled `ms` after the call, as Redis sees
- * it, not as a stalled event loop sees it. Timers run before I/O in each turn of the event loop, so
- * after a long synchronous stretch (a CPU-bound handler, a GC pause) the deadline timer would fire
- * before the reply that arrived meanwhile is read, and a healthy Redis would look slow. So the
- * verdict waits for `setImmediate`, which runs after the loop's next I/O poll: a reply already in
- * the socket by then settles the call first. With an idle loop this adds nothing but one turn.
+ * it, not as a stalled event loop sees it (the verdict waits for `setImmediate`, as `CallDeadlines`
+ * explains). For the calls off the request path: connecting, WAIT, QUIT.
  */
 function withDeadline<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
   return new Promise<T>((resolve, reject) => {

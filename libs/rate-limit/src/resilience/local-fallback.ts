@@ -73,12 +73,16 @@ export class LocalFallback {
       // window taken for another after a stall only makes the latest figure count. The lost-write
       // check, which must name windows exactly, keeps its own by their start on Redis's clock.)
       const same = seen && hit.algorithm === 'fixed-window' && Math.abs(resetAt - seen.resetAt) <= WINDOW_MATCH_MS;
-      this.lastSeen.set(hit.key, {
-        used: same && seen.limit === hit.limit ? Math.max(used, seen.used) : used,
-        limit: hit.limit,
-        seenAt: now,
-        resetAt,
-      });
+      const latest = same && seen.limit === hit.limit ? Math.max(used, seen.used) : used;
+      if (seen) {
+        // In place: the entry is the key's, and \`get\` has made it the most recent.
+        seen.used = latest;
+        seen.limit = hit.limit;
+        seen.seenAt = now;
+        seen.resetAt = resetAt;
+      } else {
+        this.lastSeen.set(hit.key, { used: latest, limit: hit.limit, seenAt: now, resetAt });
+      }
     });
   }
 

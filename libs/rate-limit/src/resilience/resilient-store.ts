@@ -6,6 +6,7 @@ import type {
   RateLimitSettlement,
   RateLimitStore,
 } from '../store/rate-limit-store.js';
+import { BlockedKeys } from './blocked-keys.js';
 import { LocalFallback, type LocalFallbackOptions } from './local-fallback.js';
 import type { RateLimitStoreErrorPolicy } from './store-error-policy.js';
 
@@ -16,6 +17,8 @@ export interface ResilienceOptions {
   /** The module's `storeErrors.policy`, for hits whose rule names none. */
   policy: RateLimitStoreErrorPolicy;
   localFallback: LocalFallbackOptions;
+  /** Keys refused kept at most (`BlockedKeys`), or false for none. */
+  blockCache: { maxKeys: number } | false;
 }
 
 /** A consumption, and when the store failed, the policy that decided it instead. */
@@ -36,6 +39,7 @@ export interface ResilientConsumption extends RateLimitConsumption {
  */
 export class ResilientStore {
   private readonly fallback: LocalFallback | undefined;
+  private readonly blocked: BlockedKeys | undefined;
 
   constructor(
     private readonly store: RateLimitStore,
@@ -43,6 +47,15 @@ export class ResilientStore {
     private readonly options: ResilienceOptions,
   ) {
     if (store.shared) this.fallback = new LocalFallback(options.localFallback);
+    if (store.shared && options.blockCache) {
+      const blocked = new BlockedKeys(options.blockCache.maxKeys);
+      // Kept only if every instance's resets and refunds reach this one, so none stays refused here.
+      const watching = store.watchLiftedKeys({
+        lifted: (keys) => blocked.forget(keys),
+        listening: (on) => blocked.listening(on),
+      });
+      if (watching) this.blocked = blocked;
+    }
   }
 
   get description(): string {
@@ -57,6 +70,13 @@ export class ResilientStore {
     policies: readonly (RateLimitStoreErrorPolicy | undefined)[],
     now?: number,
   ): Promise<ResilientConsumption> {
+    // The block cache's time: the module's clock (as the store decides on it), else this process's.
+    const sentAt = now ?? performance.now();
+    const since = this.blocked?.since ?? 0;
+    if (this.blocked) {
+      const refused = this.blocked.refusal(hits, sentAt);
+      if (refused) return refused;
+    }
     let consumption: RateLimitConsumption;
     try {
       consumption = await this.store.consume(hits, now);
@@ -68,6 +88,7 @@ export class ResilientStore {
         now ?? Date.now(),
       );
     }
+    this.blocked?.learn(hits, consumption, sentAt, since);
     if (this.fallback) {
       const at = now ?? Date.now();
       this.fallback.remember(hits, consumption, at);
@@ -77,11 +98,13 @@ export class ResilientStore {
   }
 
   settle(settlements: readonly RateLimitSettlement[]): Promise<void> {
+    this.blocked?.forget(settlements.flatMap(({ hit, refund }) => (refund ? [hit.key] : [])));
     return this.store.settle(settlements);
   }
 
   async reset(keys: readonly string[]): Promise<void> {
     this.fallback?.forget(keys);
+    this.blocked?.forget(keys);
     await this.store.reset(keys);
   }
 

@@ -46,7 +46,7 @@ export function rateLimitKey(
 export interface RateLimitKeysBeside {
   /** The time a `blockFor` penalty ends. */
   blockKey: string;
-  /** Redis, fixed window: the window's count once high, kept for two windows (a failover defence). */
+  /** Redis, fixed window: the window's count once high, kept as long as the window (a failover defence). */
   markerKey: string;
   /** `countOn` admissions whose responses have not ended. */
   pendingKey: string;

@@ -47,6 +47,11 @@ export interface RateLimitReceipt {
   /** The time the hit was admitted at, on the clock that decided it. */
   readonly admittedAt: number;
   readonly nonce: string;
+  /**
+   * Redis, a fixed window timed by its key's TTL: the start of the admission's window (Redis's
+   * time), which names the window its units may be refunded into.
+   */
+  readonly windowStart?: number;
 }
 
 /** The decisions for all rules of one request. */
@@ -81,6 +86,14 @@ export interface RateLimitRefund {
 /** An admitted hit whose request has ended: its units taken back (`refund: true`) or kept. */
 export interface RateLimitSettlement extends RateLimitRefund {
   refund: boolean;
+}
+
+/** What a shared store tells an instance of counts lowered anywhere (`watchLiftedKeys`). */
+export interface LiftedKeysWatcher {
+  /** These state keys were reset or refunded: a store may admit them again. */
+  lifted(keys: readonly string[]): void;
+  /** Whether news reaches this instance from now on (false: some may be missed until it is true again). */
+  listening(on: boolean): void;
 }
 
 /**
@@ -127,6 +140,14 @@ export abstract class RateLimitStore {
    * have run is never recorded again, so a request counts once. Default false: never recorded.
    */
   neverReached(_error: unknown): boolean {
+    return false;
+  }
+  /**
+   * A shared store: tells `watcher` of the state keys whose counts any instance lowered other than by
+   * time (a reset, a refund), and whether such news reaches this instance now. Returns whether it
+   * can; only then does the module keep refused keys in this instance (`blockCache`). Default false.
+   */
+  watchLiftedKeys(_watcher: LiftedKeysWatcher): boolean {
     return false;
   }
 }

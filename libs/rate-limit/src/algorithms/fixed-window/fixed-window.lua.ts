@@ -1,15 +1,102 @@
 import { luaStringTable } from '../../redis/script-protocol.js';
-import { FIXED_WINDOW_FIELDS } from './fields.js';
+import { FIXED_WINDOW_FIELDS, WINDOW_START_SLACK_MS } from './fields.js';
 
 /**
- * Fixed window in Lua: the twin of `fixed-window.ts`. A hash of `FIXED_WINDOW_FIELDS` (window start,
- * admitted units). From `markFrom` units on, the same two fields also go to the marker key, kept for
- * two windows: a counter lost in a failover resumes from it (the TypeScript twin never loses its
- * state, so it has no marker).
+ * Fixed window in Lua: the twin of `fixed-window.ts`, in two forms by who keeps the time.
+ *
+ * On Redis's clock (no `clock` option: `TTL_WINDOWS`), the state key is a plain integer, the units
+ * admitted, and its TTL is the window: created with the window's length by the window's first
+ * admission, gone when it ends. That is the least Redis can hold and do per decision (one INCRBY
+ * and one PTTL). The window's start is `now + PTTL - window`. A state key found as a hash (written
+ * by an earlier version, or with the `clock` option) keeps its count for what is left of its window.
+ *
+ * On the app's clock (the `clock` option), Redis's expiry cannot time the window, so the state key
+ * is a hash of `FIXED_WINDOW_FIELDS` (window start, admitted units), kept a grace beyond the window.
+ *
+ * From `markFrom` units on, the count also goes to the marker key, for as long as the window: a
+ * counter lost in a failover resumes from it (the TypeScript twin never loses its state, so it has
+ * no marker). `PLAIN_FIXED_WINDOW_LUA` below is the first form again, inline, for the calls most
+ * requests make.
  */
 export const FIXED_WINDOW_LUA = `
 local FIXED_WINDOW = ${luaStringTable(FIXED_WINDOW_FIELDS)}
-ALG['fixed-window'] = {
+local WINDOW_START_SLACK_MS = ${WINDOW_START_SLACK_MS}
+-- On Redis's clock: the count at a state key and the ms left of its window (nil: no window).
+local function ttlCounter(key, now, p)
+  local raw = redis.pcall('GET', key)
+  if type(raw) == 'table' and raw.err then
+    if not string.find(raw.err, 'WRONGTYPE', 1, true) then error(raw) end
+    -- A hash: the window kept on the app's clock or by an earlier version. Its count stands for
+    -- what is left of its window; anything else at the key is junk.
+    local st = redis.pcall('HMGET', key, FIXED_WINDOW.start, FIXED_WINDOW.count)
+    redis.call('DEL', key)
+    repaired = true
+    if type(st) == 'table' and not st.err then
+      local start, count = num(st[1]), num(st[2])
+      if start and count and count >= 0 and now >= start and now < start + p.window then
+        local left = math.floor(start + p.window - now)
+        if left > 0 then
+          redis.call('SET', key, math.floor(count), 'PX', left)
+          return math.floor(count), left
+        end
+      end
+    end
+    return 0, nil
+  end
+  if not raw then return 0, nil end
+  -- Only what INCRBY takes as a counter: a whole number >= 0, written plainly (no '5.0', ' 5', '05').
+  local count = (raw == '0' or (#raw <= 18 and string.match(raw, '^[1-9]%d*$'))) and tonumber(raw)
+  if not count then
+    redis.call('DEL', key)
+    repaired = true
+    return 0, nil
+  end
+  local ttl = redis.call('PTTL', key)
+  if ttl < 0 then
+    -- Found without a TTL: its window ends a window from now at the latest. No ban for ever.
+    redis.call('PEXPIRE', key, p.window)
+    repaired = true
+    ttl = p.window
+  end
+  return count, ttl
+end
+local TTL_FIXED_WINDOW = {
+  check = function(key, now, p)
+    local count, ttl = ttlCounter(key, now, p)
+    local fresh = ttl == nil
+    if fresh and p.markFrom > 0 then
+      -- The counter is missing (a failover to a replica that lacked it?) but the window's marker
+      -- is not: resume from it.
+      local m, mttl = ttlCounter(p.markerKey, now, p)
+      if mttl then count = m; ttl = mttl end
+    end
+    ttl = ttl or p.window
+    local allowed = count + p.cost <= p.limit
+    local used = count
+    if allowed then used = count + p.cost end
+    return { allowed = allowed, remaining = math.max(0, p.limit - used), reset = ttl, ttl = ttl,
+             start = now + ttl - p.window, count = count + p.cost, fresh = fresh }
+  end,
+  commit = function(key, now, p, s)
+    -- A TTL of 0 is a key in its last ms, which SET ... PX refuses: 1 ms is the same window's end.
+    local ttl = math.max(1, s.ttl)
+    if s.fresh then redis.call('SET', key, s.count, 'PX', ttl) else redis.call('INCRBY', key, p.cost) end
+    if p.markFrom > 0 and s.count >= p.markFrom then redis.call('SET', p.markerKey, s.count, 'PX', ttl) end
+  end,
+  -- Only into the admission's window, named by its start (\`p.start\`): the key's window starts at
+  -- \`now + PTTL - window\`, which TIME and PTTL may round a ms apart (\`WINDOW_START_SLACK_MS\`).
+  refund = function(key, at, p)
+    local left = redis.call('PTTL', key)
+    if left <= 0 then return end
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    if math.abs(now + left - p.window - p.start) > WINDOW_START_SLACK_MS then return end
+    local count = tonumber(redis.pcall('GET', key))
+    if not count then return end
+    if count >= p.cost then redis.call('DECRBY', key, p.cost) else redis.call('SET', key, 0, 'KEEPTTL') end
+  end,
+}
+local HASH_FIXED_WINDOW = {
   check = function(key, now, p)
     local start, count = now, 0
     local st = readFields(key, FIXED_WINDOW)
@@ -38,10 +125,27 @@ ALG['fixed-window'] = {
     end
   end,
   refund = function(key, at, p)
+    -- Never mends: a key of another form here is a window this refund is not for.
+    if redis.call('TYPE', key).ok ~= 'hash' then return end
     local st = readFields(key, FIXED_WINDOW)
     if st.start and st.count and at >= st.start and at < st.start + p.window then
       redis.call('HSET', key, FIXED_WINDOW.count, fmt(math.max(0, st.count - p.cost)))
     end
+  end,
+}
+ALG['fixed-window'] = {
+  check = function(key, now, p)
+    if TTL_WINDOWS then return TTL_FIXED_WINDOW.check(key, now, p) end
+    return HASH_FIXED_WINDOW.check(key, now, p)
+  end,
+  commit = function(key, now, p, s)
+    if TTL_WINDOWS then return TTL_FIXED_WINDOW.commit(key, now, p, s) end
+    return HASH_FIXED_WINDOW.commit(key, now, p, s)
+  end,
+  -- A refund says which form its window has: \`p.start\` is negative for one on the app's clock.
+  refund = function(key, at, p)
+    if p.start >= 0 then return TTL_FIXED_WINDOW.refund(key, at, p) end
+    return HASH_FIXED_WINDOW.refund(key, at, p)
   end,
 }
 `;

@@ -1,4 +1,5 @@
 import { LRUCache } from 'lru-cache';
+import { WINDOW_START_SLACK_MS } from '../../algorithms/fixed-window/fields.js';
 import type { StoreProblemLog } from '../../logging/store-problem-log.js';
 import {
   type RateLimitConsumption,
@@ -9,12 +10,12 @@ import {
 
 /** What this instance last saw of a fixed window. */
 interface SeenWindow {
-  /** The window's start on Redis's clock: names it exactly, however late the reply was read. */
-  start: number;
-  /** The highest count seen in it. */
+  /** The window's start on Redis's clock (or the given `now`'s): names it, however late the reply was read. */
+  readonly start: number;
+  /** The highest count seen in it (raised in place). */
   used: number;
   /** The rule's limit then: a changed limit changes the reported count, not a loss. */
-  limit: number;
+  readonly limit: number;
 }
 
 /** What the check needs of the Redis store to set a count right. */
@@ -46,24 +47,23 @@ export class LostWriteCheck {
 
   /**
    * The request's consumption after the check.
-   * @param decidedAt Redis's time of each hit's decision (its reply's `now`).
+   * @param windowStarts each hit's window start on Redis's clock (or the given `now`'s): it names
+   *   the window, however late the reply was read.
    */
   async check(
     hits: readonly RateLimitHit[],
     consumption: RateLimitConsumption,
-    decidedAt: readonly number[],
+    windowStarts: readonly number[],
     repairs: LostWriteRepairs,
   ): Promise<RateLimitConsumption> {
-    const starts = hits.map((hit, i) =>
-      checked(hit) ? decidedAt[i] + consumption.decisions[i].resetMs - hit.windowMs : undefined,
-    );
+    const starts = hits.map((hit, i) => (checked(hit) ? windowStarts[i] : undefined));
     const raises: { hit: RateLimitHit; windowStart: number; figure: number }[] = [];
     let refused = false;
     const decisions = consumption.decisions.map((decision, i) => {
       const hit = hits[i];
       const start = starts[i];
       const seen = this.seen.get(hit.key);
-      if (start === undefined || !seen || seen.start !== start || seen.limit !== hit.limit) return decision;
+      if (start === undefined || !seen || !sameWindow(seen, start) || seen.limit !== hit.limit) return decision;
       const figure = seen.used + (consumption.allowed ? hit.cost : 0);
       const lost = figure - committedUnits(hit, consumption, i);
       if (lost < Math.max(2, Math.ceil(hit.limit * 0.05))) return decision;
@@ -76,26 +76,28 @@ export class LostWriteCheck {
       raises.push({ hit, windowStart: start, figure });
       return { ...decision, allowed, remaining: Math.max(0, hit.limit - figure) };
     });
+    if (raises.length === 0) {
+      this.remember(hits, consumption, starts);
+      return consumption;
+    }
     let checkedConsumption: RateLimitConsumption = { ...consumption, decisions };
-    if (raises.length > 0) {
-      if (refused) {
-        // This request is taken back: the figures to keep leave it out.
-        for (const raise of raises) raise.figure -= raise.hit.cost;
-        checkedConsumption = {
-          allowed: false,
-          decisions: decisions.map((decision, i) => {
-            const raise = raises.find((r) => r.hit === hits[i]);
-            return raise ? { ...decision, remaining: Math.max(0, raise.hit.limit - raise.figure) } : decision;
-          }),
-          receipts: undefined,
-        };
-      }
-      try {
-        if (refused) await repairs.refund(hits.map((hit, i) => ({ hit, receipt: consumption.receipts![i] })));
-        for (const { hit, windowStart, figure } of raises) await repairs.raiseFixedWindow(hit, windowStart, figure);
-      } catch {
-        // Best effort: the decision stands either way.
-      }
+    if (refused) {
+      // This request is taken back: the figures to keep leave it out.
+      for (const raise of raises) raise.figure -= raise.hit.cost;
+      checkedConsumption = {
+        allowed: false,
+        decisions: decisions.map((decision, i) => {
+          const raise = raises.find((r) => r.hit === hits[i]);
+          return raise ? { ...decision, remaining: Math.max(0, raise.hit.limit - raise.figure) } : decision;
+        }),
+        receipts: undefined,
+      };
+    }
+    try {
+      if (refused) await repairs.refund(hits.map((hit, i) => ({ hit, receipt: consumption.receipts![i] })));
+      for (const { hit, windowStart, figure } of raises) await repairs.raiseFixedWindow(hit, windowStart, figure);
+    } catch {
+      // Best effort: the decision stands either way.
     }
     this.remember(hits, checkedConsumption, starts);
     return checkedConsumption;
@@ -119,10 +121,15 @@ export class LostWriteCheck {
       // A fixed window's count never falls: keep the highest figure seen in the same window. (The
       // local fallback keeps its own figures, by a window's end on this instance's clock: it serves
       // every algorithm and needs no exact window.)
-      const same = seen && seen.start === start && seen.limit === hit.limit;
-      this.seen.set(hit.key, { start, used: same ? Math.max(used, seen.used) : used, limit: hit.limit });
+      if (seen && sameWindow(seen, start) && seen.limit === hit.limit) seen.used = Math.max(used, seen.used);
+      else this.seen.set(hit.key, { start, used, limit: hit.limit });
     });
   }
+}
+
+/** Starts of a window on Redis's clock are reckoned from TIME and PTTL, which may round a ms apart. */
+function sameWindow(seen: SeenWindow, start: number): boolean {
+  return Math.abs(seen.start - start) <= WINDOW_START_SLACK_MS;
 }
 
 function checked(hit: RateLimitHit): boolean {

@@ -1,12 +1,18 @@
 import { markerFrom } from '../failover/lost-write-marker.js';
-import { RedisScript } from '../redis-script.js';
+import { RedisScript, ScriptsByAlgorithms } from '../redis-script.js';
 import { bits, defineScriptLayout } from '../script-protocol.js';
 import { keysBeside } from '../../store/key-layout.js';
 import type { RateLimitHit } from '../../store/rate-limit-store.js';
-import { ALGORITHMS_LUA } from './shared.lua.js';
+import { algorithmsLua } from './shared.lua.js';
+
+/** The reply of both consume scripts: all admitted, now, then per rule its decision. */
+const CONSUME_REPLY = {
+  head: { allowed: 'flag', now: 'number' },
+  rule: { allowed: 'flag', remaining: 'number', reset: 'number', flags: bits('provisional', 'repaired') },
+} as const;
 
 /**
- * The call and reply of CONSUME_SCRIPT.
+ * The call and reply of CONSUME_SCRIPTS.
  *
  * KEYS per rule: its state key, its block key (the time a `blockFor` penalty ends), its marker key
  * (a fixed window's count once high) and its pending key, all in one hash slot.
@@ -33,10 +39,7 @@ export const CONSUME_LAYOUT = defineScriptLayout('consume', {
       conditional: 'flag',
     },
   },
-  reply: {
-    head: { allowed: 'flag', now: 'number' },
-    rule: { allowed: 'flag', remaining: 'number', reset: 'number', flags: bits('provisional', 'repaired') },
-  },
+  reply: CONSUME_REPLY,
 });
 
 /**
@@ -51,11 +54,12 @@ export const CONSUME_LAYOUT = defineScriptLayout('consume', {
  * those units may yet be refunded, and the caller may wait for them and ask again.
  *
  * The call and reply are CONSUME_LAYOUT's. Each algorithm's Lua lives in
- * `algorithms/<name>/<name>.lua.ts`, next to its TypeScript twin and its stored fields.
+ * `algorithms/<name>/<name>.lua.ts`, next to its TypeScript twin and its stored fields; a call runs
+ * the variant holding just its hits' algorithms (`CONSUME_SCRIPTS.for(hits)`).
  */
-export const CONSUME_SCRIPT = new RedisScript(
+export const CONSUME_SCRIPTS = new ScriptsByAlgorithms(
   CONSUME_LAYOUT.name,
-  `${ALGORITHMS_LUA}
+  (algorithms) => `${algorithmsLua(algorithms)}
 ${CONSUME_LAYOUT.lua}
 -- The end of a rule's penalty, or 0. A block key found without a TTL (left by older code or a bad
 -- restore) gets one no longer than the rule's penalty, whatever end it claims: no ban for ever.
@@ -85,6 +89,7 @@ end
 local call = readHead()
 local now = call.now
 if now < 0 then
+  TTL_WINDOWS = true
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
@@ -148,7 +153,121 @@ return out
 `,
 );
 
-/** One CONSUME_SCRIPT call: the hits of one hash slot. */
+/**
+ * The call of PLAIN_CONSUME_SCRIPT: fixed-window rules on Redis's clock without `blockFor` or
+ * `countOn` (the common case), so none of the keys and args those need. KEYS per rule: its state
+ * key and its marker key. ARGV: per rule its limit, window ms, cost, and the count from which the
+ * marker is written. The reply is CONSUME_LAYOUT's, or the one value -1 when a key needs what only
+ * CONSUME_SCRIPTS does (see below).
+ */
+export const PLAIN_CONSUME_LAYOUT = defineScriptLayout('consume-plain', {
+  rule: { keys: ['key', 'markerKey'], args: { limit: 'number', window: 'number', cost: 'number', markFrom: 'number' } },
+  reply: CONSUME_REPLY,
+});
+
+/**
+ * PLAIN_CONSUME_SCRIPT's reply when CONSUME_SCRIPTS must decide instead: no count was changed (a TTL
+ * given to an earlier rule's counter found without one stays).
+ */
+export const ASK_CONSUME_SCRIPTS = -1;
+
+/**
+ * CONSUME_SCRIPTS's decision for the calls most requests make, at the least cost to Redis: every
+ * rule a fixed window on Redis's clock (`fixed-window.lua.ts`: an integer whose TTL is the window).
+ * One INCRBY and one PTTL per rule, the PEXPIRE that starts a window, a DECRBY (or DEL) per rule to
+ * take a rejected request back, and one TIME; no functions and no tables per rule. Inline Lua, since
+ * Redis pays on every call for each function and argument a script has.
+ *
+ * A key it cannot read as a counter (a hash of an earlier version, junk) or a counter to resume from
+ * its marker: it takes back what it counted and replies ASK_CONSUME_SCRIPTS, whose fixed-window Lua
+ * repairs and decides. So there is one implementation of each repair; that Lua takes as a counter
+ * exactly what INCRBY does.
+ */
+export const PLAIN_CONSUME_SCRIPT = new RedisScript(
+  // Named as the operation it serves, in messages ("Redis did not answer consume").
+  CONSUME_LAYOUT.name,
+  `
+-- KEYS and ARGV as PLAIN_CONSUME_LAYOUT lays them out (generated).
+${PLAIN_CONSUME_LAYOUT.inline.readHead}
+local keys, counts, ttls, costs, created, repairs = {}, {}, {}, {}, {}, {}
+local all = true
+local function undo(upTo)
+  for i = 1, upTo do
+    local key = keys[i]
+    if created[i] then redis.call('DEL', key) else redis.call('DECRBY', key, costs[i]) end
+  end
+end
+for i = 1, rules do
+  ${PLAIN_CONSUME_LAYOUT.inline.readRule.replace(/\n/g, '\n  ')}
+  keys[i], costs[i] = key, cost
+  local count = redis.pcall('INCRBY', key, cost)
+  if type(count) == 'table' or count < cost then
+    -- Not a counter (a hash, a fraction, junk), or a negative one.
+    if type(count) == 'table' then undo(i - 1) else undo(i) end
+    return { ${ASK_CONSUME_SCRIPTS} }
+  end
+  local ttl = redis.call('PTTL', key)
+  if ttl < 0 then
+    created[i] = count == cost
+    if created[i] and markFrom > 0 and redis.call('EXISTS', markerKey) == 1 then
+      undo(i)
+      return { ${ASK_CONSUME_SCRIPTS} }
+    end
+    -- A new window, or a counter found without a TTL (repaired: a window more at most).
+    redis.call('PEXPIRE', key, window)
+    ttl = window
+    repairs[i] = not created[i]
+  end
+  counts[i], ttls[i] = count, ttl
+  if count > limit then all = false end
+end
+-- Redis's time, so the caller can reckon each window's start (now + TTL - window) on Redis's clock.
+local t = redis.call('TIME')
+local allowed, now = all, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+${PLAIN_CONSUME_LAYOUT.inline.replyHead}
+for i = 1, rules do
+  ${PLAIN_CONSUME_LAYOUT.inline.readRule.replace(/\n/g, '\n  ')}
+  local count, reset, repaired, provisional = counts[i], ttls[i], repairs[i], false
+  local allowed = count <= limit
+  local remaining = math.max(0, limit - (allowed and count or count - cost))
+  -- PX 1 at least: a TTL of 0 is a key in its last ms, which SET ... PX refuses.
+  if all and markFrom > 0 and count >= markFrom then redis.call('SET', markerKey, count, 'PX', math.max(1, reset)) end
+  ${PLAIN_CONSUME_LAYOUT.inline.pushRule.replace(/\n/g, '\n  ')}
+end
+if not all then undo(rules) end
+return out
+`,
+);
+
+/** Whether PLAIN_CONSUME_SCRIPT replied that CONSUME_SCRIPTS must decide (it changed nothing). */
+export function askedForConsumeScripts(reply: unknown): boolean {
+  return Array.isArray(reply) && reply.length === 1 && reply[0] === ASK_CONSUME_SCRIPTS;
+}
+
+/** Whether a call can go to PLAIN_CONSUME_SCRIPT. */
+export function isPlainConsume(call: ConsumeCall): boolean {
+  return (
+    call.now === undefined &&
+    !call.record &&
+    call.hits.every((hit) => hit.algorithm === 'fixed-window' && hit.blockMs === 0 && !hit.conditional)
+  );
+}
+
+export function encodePlainConsume(call: ConsumeCall): { keys: string[]; args: (string | number)[] } {
+  return PLAIN_CONSUME_LAYOUT.encode(
+    {},
+    call.hits.map((hit) => ({
+      key: hit.key,
+      markerKey: keysBeside(hit.key).markerKey,
+      limit: hit.limit,
+      window: hit.windowMs,
+      cost: hit.cost,
+      markFrom: markerFrom(call.markerShare, hit),
+    })),
+  );
+}
+
+/** One consume call: the hits of one hash slot. */
 export interface ConsumeCall {
   /** Whole ms, or undefined for Redis `TIME`. */
   now: number | undefined;
@@ -179,7 +298,7 @@ export function encodeConsume(call: ConsumeCall): { keys: string[]; args: (strin
   );
 }
 
-/** One rule's part of a CONSUME_SCRIPT reply. */
+/** One rule's part of a consume reply. */
 export interface ConsumeRuleReply {
   allowed: boolean;
   remaining: number;

@@ -1,34 +1,44 @@
-import { RedisScript } from '../redis-script.js';
+import { ScriptsByAlgorithms } from '../redis-script.js';
 import { defineScriptLayout } from '../script-protocol.js';
 import { keysBeside } from '../../store/key-layout.js';
 import type { RateLimitSettlement } from '../../store/rate-limit-store.js';
-import { ALGORITHMS_LUA } from './shared.lua.js';
+import { algorithmsLua } from './shared.lua.js';
 
 /**
  * The call and reply of REFUND_SCRIPT.
  *
  * KEYS per rule: its state key and its pending key.
- * ARGV: the `now` that CONSUME_SCRIPT returned, its nonce, then per rule: the algorithm, limit,
- * window ms, cost, burst, and `refund` to take the units back.
+ * ARGV: the `now` that the consume script returned, its nonce, then per rule: the algorithm, limit,
+ * window ms, cost, burst, `refund` to take the units back, and for a fixed window on Redis's clock
+ * the start of the admission's window (on Redis's clock; -1 for any other).
  * Reply: the number of rules settled.
  */
 export const REFUND_LAYOUT = defineScriptLayout('refund', {
   head: { args: { at: 'number', nonce: 'string' } },
   rule: {
     keys: ['key', 'pendingKey'],
-    args: { alg: 'string', limit: 'number', window: 'number', cost: 'number', burst: 'number', refund: 'flag' },
+    args: {
+      alg: 'string',
+      limit: 'number',
+      window: 'number',
+      cost: 'number',
+      burst: 'number',
+      refund: 'flag',
+      start: 'number',
+    },
   },
   reply: { head: { settled: 'number' } },
 });
 
 /**
- * Ends admissions of one CONSUME_SCRIPT call: the response settled (a `countOn` rule's admission is
- * no longer in flight) and, where asked, the units are taken back: for refunds (`countOn`), and on
- * Cluster for the slots that admitted a request another slot rejected.
+ * Ends admissions of one consume call (`PLAIN_CONSUME_SCRIPT` or `CONSUME_SCRIPTS`): the response
+ * settled (a `countOn` rule's admission is no longer in flight) and, where asked, the units are
+ * taken back: for refunds (`countOn`), and on Cluster for the slots that admitted a request
+ * another slot rejected.
  */
-export const REFUND_SCRIPT = new RedisScript(
+export const REFUND_SCRIPTS = new ScriptsByAlgorithms(
   REFUND_LAYOUT.name,
-  `${ALGORITHMS_LUA}
+  (algorithms) => `${algorithmsLua(algorithms)}
 ${REFUND_LAYOUT.lua}
 local call = readHead()
 for i = 1, call.rules do
@@ -48,7 +58,7 @@ export function encodeRefund(
 ): { keys: string[]; args: (string | number)[] } {
   return REFUND_LAYOUT.encode(
     { at: admittedAt, nonce },
-    settlements.map(({ hit, refund }) => ({
+    settlements.map(({ hit, refund, receipt }) => ({
       key: hit.key,
       pendingKey: keysBeside(hit.key).pendingKey,
       alg: hit.algorithm,
@@ -57,6 +67,7 @@ export function encodeRefund(
       cost: hit.cost,
       burst: hit.burst,
       refund,
+      start: receipt.windowStart ?? -1,
     })),
   );
 }

@@ -1,4 +1,4 @@
-import { ROUNDING_EPSILON } from '../../algorithms/algorithm.js';
+import { ALGORITHM_NAMES, ROUNDING_EPSILON, type RateLimitAlgorithmName } from '../../algorithms/algorithm.js';
 import { FIXED_WINDOW_LUA } from '../../algorithms/fixed-window/fixed-window.lua.js';
 import { GCRA_LUA } from '../../algorithms/gcra/gcra.lua.js';
 import { SLIDING_LOG_LUA } from '../../algorithms/sliding-log/sliding-log.lua.js';
@@ -7,8 +7,10 @@ import { TOKEN_BUCKET_LUA } from '../../algorithms/token-bucket/token-bucket.lua
 import { GRACE_MS } from '../../store/rate-limit-store.js';
 
 /**
- * Helpers the consume and refund scripts share, then every algorithm's Lua as the table
- * ALG[name] = { check, commit, refund }.
+ * Helpers the consume and refund scripts share, then the Lua of the algorithms a script serves, as
+ * the table ALG[name] = { check, commit, refund }. A script holds only the algorithms of the calls
+ * it serves (`algorithmsLua`): Redis runs a script's whole body on every call, so every algorithm
+ * defined there costs every call the time of building its functions.
  *
  * State is read through `read` and `num`, never trusted: a key of another type (WRONGTYPE: a bad
  * restore, another program writing under the prefix) is deleted and read as absent, a value that is
@@ -21,11 +23,13 @@ import { GRACE_MS } from '../../store/rate-limit-store.js';
  * `pendingMember` is the member a `countOn` admission leaves in its rule's pending key: the consume
  * script adds it and the refund script removes it, so both build it here.
  */
-export const ALGORITHMS_LUA = `
+const HELPERS_LUA = `
 local GRACE_MS = ${GRACE_MS}
 local ROUNDING_EPSILON = ${ROUNDING_EPSILON}
 local function fmt(x) return string.format('%.17g', x) end
 local repaired = false
+-- Whether the call runs on Redis's clock (no \`clock\` option): a fixed window is then timed by its key's TTL.
+local TTL_WINDOWS = false
 local function read(command, key, ...)
   local reply = redis.pcall(command, key, ...)
   if type(reply) == 'table' and reply.err then
@@ -66,9 +70,20 @@ local function readFields(key, fields)
   return out
 end
 local function pendingMember(nonce, cost) return nonce .. ':' .. cost end
-local ALG = {}
-${FIXED_WINDOW_LUA}
-${SLIDING_WINDOW_LUA}
-${SLIDING_LOG_LUA}
-${TOKEN_BUCKET_LUA}
-${GCRA_LUA}`;
+local ALG = {}`;
+
+const ALGORITHM_LUA: Record<RateLimitAlgorithmName, string> = {
+  'fixed-window': FIXED_WINDOW_LUA,
+  'sliding-window': SLIDING_WINDOW_LUA,
+  'sliding-log': SLIDING_LOG_LUA,
+  'token-bucket': TOKEN_BUCKET_LUA,
+  gcra: GCRA_LUA,
+};
+
+/** The helpers, then the given algorithms' Lua (in the order of `ALGORITHM_NAMES`, whatever the order given). */
+export function algorithmsLua(algorithms: ReadonlySet<RateLimitAlgorithmName>): string {
+  return [
+    HELPERS_LUA,
+    ...ALGORITHM_NAMES.filter((name) => algorithms.has(name)).map((name) => ALGORITHM_LUA[name]),
+  ].join('\n');
+}

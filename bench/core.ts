@@ -1,0 +1,248 @@
+/**
+ * The cost of a decision against one Redis, side by side in one run: a bare one-EVALSHA fixed window
+ * (the floor), rate-limiter-flexible's RateLimiterRedis (with and without its in-memory block), this
+ * library's store call and its whole decision outside HTTP (`RateLimiterService.consume`:
+ * thresholds, keys, deadline, breaker, lost-write check, block cache, fallback bookkeeping).
+ *
+ * - admitting: one fixed-window rule with a limit no call reaches, at 1, 16 and 128 calls in flight,
+ *   on one hot key and on 10,000 distinct keys;
+ * - attack: one hot key over its limit (5 a minute), so nearly every decision is a refusal;
+ * - three rules on one decision (one round trip for ours, one per rule for the peer);
+ * - Redis memory per fixed-window key, and Redis CPU per decision for each of our algorithms.
+ *
+ * Figures are ratios to the floor measured in the same round; rounds alternate the order of the
+ * contenders so that drift in the machine falls on all of them, and each cell keeps its median of
+ * three rounds. Node CPU is this process's per decision (the load loop's share is the same for
+ * all); Redis CPU is the server's `used_cpu_user + used_cpu_sys` over the same decisions.
+ *
+ *   npm run bench:core          (QUICK=1 for one round of fewer calls)
+ */
+import { Redis } from 'ioredis';
+import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
+import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from 'nest-rate-limit';
+import { startRedisServer } from '../test/support/redis-server.js';
+import { createStore, hit } from '../test/support/store-module.js';
+
+const QUICK = process.env.QUICK === '1';
+const IN_FLIGHT = [1, 16, 128] as const;
+/** Decisions per measurement, and a bound in time whichever comes first. */
+const CALLS = QUICK ? 5_000 : 20_000;
+const MAX_MS = 4_000;
+const ROUNDS = QUICK ? 1 : 3;
+const WARM_UP = QUICK ? 2_000 : 5_000;
+const HUGE = 1_000_000_000;
+const KEYS_FOR_MEMORY = 10_000;
+
+/** The floor: a fixed window in one script, INCR and PEXPIRE atomically. */
+const FLOOR_LUA = `
+local count = redis.call('INCR', KEYS[1])
+if count == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return count`;
+
+type Decide = (key: number) => Promise<unknown>;
+
+interface Result {
+  perSecond: number;
+  p99Ms: number;
+  nodeUs: number;
+  redisUs: number;
+}
+
+async function redisCpuUs(client: Redis): Promise<number> {
+  const info = await client.info('cpu');
+  const field = (name: string) => Number(new RegExp(`${name}:([\\d.]+)`).exec(info)?.[1] ?? 0);
+  return (field('used_cpu_user') + field('used_cpu_sys')) * 1e6;
+}
+
+/** Runs `CALLS` decisions with `inFlight` outstanding at once, over `keys` keys in turn. */
+async function measure(client: Redis, decide: Decide, inFlight: number, keys: number): Promise<Result> {
+  const latencies: number[] = [];
+  let next = 0;
+  const redisBefore = await redisCpuUs(client);
+  const cpuBefore = process.cpuUsage();
+  const started = performance.now();
+  const deadline = started + MAX_MS;
+  const worker = async () => {
+    while (next < CALLS && performance.now() < deadline) {
+      const key = next % keys;
+      next += 1;
+      const at = performance.now();
+      await decide(key);
+      latencies.push(performance.now() - at);
+    }
+  };
+  await Promise.all(Array.from({ length: inFlight }, worker));
+  const elapsed = performance.now() - started;
+  const cpu = process.cpuUsage(cpuBefore);
+  const redisUs = (await redisCpuUs(client)) - redisBefore;
+  latencies.sort((a, b) => a - b);
+  const n = latencies.length;
+  return {
+    perSecond: (n / elapsed) * 1000,
+    p99Ms: latencies[Math.floor(n * 0.99)] ?? 0,
+    nodeUs: (cpu.user + cpu.system) / n,
+    redisUs: redisUs / n,
+  };
+}
+
+function median(results: Result[]): Result {
+  const sorted = [...results].sort((a, b) => a.perSecond - b.perSecond);
+  return sorted[Math.floor(sorted.length / 2)];
+}
+
+/** A refused decision of rate-limiter-flexible rejects its promise; a refusal is an answer here. */
+const settled = (promise: Promise<unknown>) =>
+  promise.catch((error: unknown) => {
+    if (!(error instanceof RateLimiterRes)) throw error;
+  });
+
+async function main(): Promise<void> {
+  const server = await startRedisServer();
+  const client = new Redis(server.url);
+  const floorSha = String(await client.script('LOAD', FLOOR_LUA));
+  const rlf = (points: number, block: boolean, prefix: string) =>
+    new RateLimiterRedis({
+      storeClient: client,
+      points,
+      duration: 60,
+      keyPrefix: prefix,
+      ...(block ? { inMemoryBlockOnConsumed: points, inMemoryBlockDuration: 60 } : {}),
+    });
+  const flexible = rlf(HUGE, false, 'rlf');
+  const flexibleAttack = rlf(5, false, 'rlfa');
+  const flexibleAttackBlock = rlf(5, true, 'rlfb');
+  const flexibleThree = [rlf(HUGE, false, 'rlf1'), rlf(HUGE, false, 'rlf2'), rlf(HUGE, false, 'rlf3')];
+  const { store, limiter, close } = await createStore({ redis: server.url });
+  const rule = { name: 'bench', count: HUGE, window: '1m' } as const;
+  const attackRule = { name: 'attack', count: 5, window: '1m' } as const;
+  const threeRules = [
+    rule,
+    { name: 'bench2', count: HUGE, window: '1h' },
+    { name: 'bench3', count: HUGE, window: '1d' },
+  ];
+
+  const admitting: Record<string, Decide> = {
+    'one-EVALSHA floor': (key) => client.evalsha(floorSha, 1, `floor:{${key}}`, 60_000),
+    'rate-limiter-flexible': (key) => settled(flexible.consume(String(key))),
+    'ours: store call': (key) => store.consume([hit(`rl:{${key}}:bench:fw`, { limit: HUGE, windowMs: 60_000 })]),
+    'ours: RateLimiterService.consume': (key) => limiter.consume(rule, String(key)),
+  };
+  const attack: Record<string, Decide> = {
+    'one-EVALSHA floor': () => client.evalsha(floorSha, 1, 'floor:{attack}', 60_000),
+    'rate-limiter-flexible': () => settled(flexibleAttack.consume('attack')),
+    'rate-limiter-flexible, in-memory block': () => settled(flexibleAttackBlock.consume('attack')),
+    'ours: RateLimiterService.consume': () => limiter.consume(attackRule, 'attack'),
+  };
+  const three: Record<string, Decide> = {
+    'one-EVALSHA floor': (key) => client.evalsha(floorSha, 1, `floor:{${key}}`, 60_000),
+    'rate-limiter-flexible, 3 limiters': (key) =>
+      Promise.all(flexibleThree.map((limiterOfRule) => settled(limiterOfRule.consume(String(key))))),
+    'ours: 1 rule': (key) => limiter.consume(rule, String(key)),
+    'ours: 3 rules': (key) => limiter.consume(threeRules, String(key)),
+  };
+
+  try {
+    for (const contenders of [admitting, attack, three]) {
+      for (const decide of Object.values(contenders)) {
+        for (let i = 0; i < WARM_UP; i += 16) await Promise.all(Array.from({ length: 16 }, (_, j) => decide(i + j)));
+      }
+    }
+
+    const run = async (
+      title: string,
+      contenders: Record<string, Decide>,
+      cells: { keys: number; keysName: string; inFlight: number }[],
+    ) => {
+      const names = Object.keys(contenders);
+      const results = new Map<string, Result[]>();
+      for (let round = 0; round < ROUNDS; round += 1) {
+        const order = round % 2 === 0 ? names : [...names].reverse();
+        for (const cell of cells) {
+          for (const name of order) {
+            const id = `${name}|${cell.keysName}|${cell.inFlight}`;
+            const result = await measure(client, contenders[name], cell.inFlight, cell.keys);
+            results.set(id, [...(results.get(id) ?? []), result]);
+          }
+        }
+      }
+      const rows = [
+        `### ${title}`,
+        '',
+        '| contender | keys | in flight | decisions/s | x floor | p99 ms | Node µs/decision | Redis µs/decision |',
+        '|---|---|---|---|---|---|---|---|',
+      ];
+      for (const cell of cells) {
+        const floor = median(results.get(`${names[0]}|${cell.keysName}|${cell.inFlight}`)!);
+        for (const name of names) {
+          const r = median(results.get(`${name}|${cell.keysName}|${cell.inFlight}`)!);
+          rows.push(
+            `| ${name} | ${cell.keysName} | ${cell.inFlight} | ${Math.round(r.perSecond)} | ` +
+              `${(r.perSecond / floor.perSecond).toFixed(2)} | ${r.p99Ms.toFixed(2)} | ${r.nodeUs.toFixed(1)} | ${r.redisUs.toFixed(1)} |`,
+          );
+        }
+      }
+      console.log(rows.join('\n'), '\n');
+    };
+
+    const grid = [
+      ...IN_FLIGHT.map((inFlight) => ({ keys: 1, keysName: 'hot', inFlight })),
+      ...IN_FLIGHT.map((inFlight) => ({ keys: 10_000, keysName: '10k keys', inFlight })),
+    ];
+    await run('Admitting: one fixed-window rule, a limit no call reaches', admitting, grid);
+    await run('Attack: one hot key over its limit (5 a minute)', attack, [
+      { keys: 1, keysName: 'hot', inFlight: 16 },
+      { keys: 1, keysName: 'hot', inFlight: 128 },
+    ]);
+    await run('Three rules on one decision, 10,000 keys', three, [
+      { keys: 10_000, keysName: '10k keys', inFlight: 16 },
+      { keys: 10_000, keysName: '10k keys', inFlight: 128 },
+    ]);
+
+    // Redis memory per fixed-window key, from used_memory over 10,000 fresh keys.
+    const perKey = async (write: (key: number) => Promise<unknown>): Promise<number> => {
+      await client.flushall();
+      const before = Number(/used_memory:(\d+)/.exec(await client.info('memory'))![1]);
+      for (let i = 0; i < KEYS_FOR_MEMORY; i += 100) {
+        await Promise.all(Array.from({ length: 100 }, (_, j) => write(i + j)));
+      }
+      const after = Number(/used_memory:(\d+)/.exec(await client.info('memory'))![1]);
+      return (after - before) / KEYS_FOR_MEMORY;
+    };
+    const memory = [
+      '### Redis memory per fixed-window key (used_memory over 10,000 keys)',
+      '',
+      '| contender | bytes per key |',
+      '|---|---|',
+      `| one-EVALSHA floor (\`floor:{n}\`) | ${(await perKey(admitting['one-EVALSHA floor'])).toFixed(0)} |`,
+      `| rate-limiter-flexible (\`rlf:n\`) | ${(await perKey(admitting['rate-limiter-flexible'])).toFixed(0)} |`,
+      `| ours (\`rl:{n}:bench:fw\`) | ${(await perKey((key) => limiter.consume(rule, String(key)))).toFixed(0)} |`,
+    ];
+    console.log(memory.join('\n'), '\n');
+
+    // Our algorithms: Redis CPU per decision and memory per key, 10,000 keys at 16 in flight.
+    const algorithmRows = [
+      '### Our algorithms on Redis: 10,000 keys, 16 in flight',
+      '',
+      '| algorithm | decisions/s | Redis µs/decision | Redis bytes per key |',
+      '|---|---|---|---|',
+    ];
+    for (const algorithm of ALGORITHM_NAMES as readonly RateLimitAlgorithmName[]) {
+      const algorithmRule = { name: `alg-${algorithm}`, count: HUGE, window: '1m', algorithm } as const;
+      const decide: Decide = (key) => limiter.consume(algorithmRule, String(key));
+      const bytes = await perKey(decide);
+      const results: Result[] = [];
+      for (let round = 0; round < ROUNDS; round += 1) results.push(await measure(client, decide, 16, 10_000));
+      const r = median(results);
+      algorithmRows.push(
+        `| ${algorithm} | ${Math.round(r.perSecond)} | ${r.redisUs.toFixed(1)} | ${bytes.toFixed(0)} |`,
+      );
+    }
+    console.log(algorithmRows.join('\n'));
+  } finally {
+    await close();
+    client.disconnect();
+    await server.stop();
+  }
+}
+
+await main();

@@ -1,0 +1,173 @@
+import type { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { type RateLimitHit, type RateLimitModuleOptions, type RateLimiterService, rateLimitKey } from 'nest-rate-limit';
+import { redisNow } from '../support/inspect.js';
+import { until } from '../support/poll.js';
+import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { createStore } from '../support/store-module.js';
+import { uniquePrefix } from '../support/test-app.js';
+
+/** Calls of the library's scripts that reached Redis since the last `resetStats`. */
+async function scriptCalls(redis: Redis): Promise<number> {
+  const info = await redis.info('commandstats');
+  const calls = (name: string) => Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(info)?.[1] ?? 0);
+  return calls('evalsha') + calls('eval');
+}
+
+describe('the block cache: keys Redis refused are refused here until the reset it reported', () => {
+  let server: RedisServer;
+  let redis: Redis;
+  const closers: (() => Promise<void>)[] = [];
+
+  beforeAll(async () => {
+    server = await startRedisServer();
+    redis = server.client();
+  });
+
+  afterEach(async () => {
+    await Promise.all(closers.splice(0).map((close) => close()));
+  });
+
+  afterAll(async () => {
+    await server?.stop();
+  });
+
+  async function built(count: number, options: RateLimitModuleOptions = {}) {
+    const keyPrefix = options.keyPrefix ?? uniquePrefix();
+    const stores = await Promise.all(
+      Array.from({ length: count }, () => createStore({ redis: server.url, keyPrefix, ...options })),
+    );
+    closers.push(...stores.map(({ close }) => close));
+    return { keyPrefix, stores };
+  }
+
+  async function instances(count: number, options: RateLimitModuleOptions = {}): Promise<RateLimiterService[]> {
+    return (await built(count, options)).stores.map(({ limiter }) => limiter);
+  }
+
+  async function admitted(limiter: RateLimiterService, rule: Parameters<RateLimiterService['consume']>[0], n: number) {
+    let count = 0;
+    for (let i = 0; i < n; i += 1) if ((await limiter.consume(rule, 'mallory')).allowed) count += 1;
+    return count;
+  }
+
+  const RULE = { name: 'login', count: 5, window: '1m' } as const;
+
+  /** A fixed window's start on Redis's clock, as the store reckons it: now + PTTL - window (1 min). */
+  async function windowStart(key: string): Promise<number> {
+    return (await redisNow(redis)) + (await redis.pttl(key)) - 60_000;
+  }
+
+  it('answers an attack on one key with one Redis call per instance once the window is full, exactly', async () => {
+    const [a, b] = await instances(2);
+    await redis.config('RESETSTAT');
+    let total = 0;
+    for (let i = 0; i < 500; i += 1) {
+      if ((await a.consume(RULE, 'mallory')).allowed) total += 1;
+      if ((await b.consume(RULE, 'mallory')).allowed) total += 1;
+    }
+    expect(total).toBe(5);
+    // Five admissions, then each instance asks once more, learns the block and asks no more.
+    expect(await scriptCalls(redis)).toBe(7);
+    const refused = await a.consume(RULE, 'mallory');
+    expect(refused.allowed).toBe(false);
+    expect(refused.reported).toMatchObject({ remaining: 0, limit: 5 });
+    expect(refused.reported!.resetMs).toBeGreaterThan(50_000);
+    expect(refused.reported!.resetMs).toBeLessThanOrEqual(60_000);
+  });
+
+  it('asks Redis every time without it (blockCache: false)', async () => {
+    const [a] = await instances(1, { blockCache: false });
+    await redis.config('RESETSTAT');
+    expect(await admitted(a, RULE, 50)).toBe(5);
+    expect(await scriptCalls(redis)).toBe(50);
+  });
+
+  it('lifts the block on every instance when one resets the key', async () => {
+    const [a, b] = await instances(2);
+    expect(await admitted(a, RULE, 6)).toBe(5);
+    expect(await admitted(b, RULE, 3)).toBe(0);
+    await a.reset(RULE, 'mallory');
+    // The reset reaches b over Redis pub/sub; until then b may still refuse from its cache.
+    await until(async () => (await b.consume(RULE, 'mallory')).allowed, {
+      timeoutMs: 2_000,
+      intervalMs: 5,
+      what: "the reset reaching the other instance's block cache",
+    });
+    expect(await admitted(a, RULE, 10)).toBe(4);
+  });
+
+  it('lifts the block on every instance when the store refunds the key', async () => {
+    const { keyPrefix, stores } = await built(2);
+    const [a, b] = stores.map(({ limiter }) => limiter);
+    const rule = { name: 'refunded', count: 1, window: '1m' } as const;
+    const first = await a.consume(rule, 'mallory');
+    expect(first.allowed).toBe(true);
+    expect(await admitted(b, rule, 2)).toBe(0);
+    // The store takes the unit back, as it does for a Cluster slot after another slot refused.
+    const key = rateLimitKey(keyPrefix, 'refunded', 'mallory', 'fixed-window');
+    const hit: RateLimitHit = {
+      key,
+      algorithm: 'fixed-window',
+      limit: 1,
+      windowMs: 60_000,
+      cost: 1,
+      burst: 1,
+      blockMs: 0,
+      conditional: false,
+    };
+    await stores[0].store.refund([
+      { hit, receipt: { admittedAt: 0, nonce: 'refund', windowStart: await windowStart(key) } },
+    ]);
+    expect(await redis.get(key)).toBe('0');
+    await until(async () => (await b.consume(rule, 'mallory')).allowed, {
+      timeoutMs: 2_000,
+      intervalMs: 5,
+      what: "the refund reaching the other instance's block cache",
+    });
+  });
+
+  it('asks Redis again when the limit changes, so a raised limit admits at once', async () => {
+    const [a] = await instances(1);
+    expect(await admitted(a, { name: 'quota', count: 2, window: '1m' }, 5)).toBe(2);
+    expect(await admitted(a, { name: 'quota', count: 3, window: '1m' }, 5)).toBe(1);
+  });
+
+  it('asks Redis for a hit cheaper than the one refused, and keeps no refusal that left units', async () => {
+    const [a] = await instances(1);
+    const rule = { name: 'units', count: 5, window: '1m' } as const;
+    expect((await a.consume(rule, 'mallory', 4)).allowed).toBe(true);
+    expect((await a.consume(rule, 'mallory', 3)).allowed).toBe(false);
+    expect((await a.consume(rule, 'mallory', 1)).allowed).toBe(true);
+    expect((await a.consume(rule, 'mallory', 1)).allowed).toBe(false);
+    // Full now and refused at cost 1: cost 0 still admits, as Redis would.
+    expect((await a.consume(rule, 'mallory', 0)).allowed).toBe(true);
+  });
+
+  it('keeps no block for a countOn rule, whose units may be refunded', async () => {
+    const [a] = await instances(1, { countOn: { inFlightWaitMs: 0 } });
+    const rule = { name: 'upload', count: 1, window: '1m', countOn: 'success' } as const;
+    const first = await a.consume(rule, 'mallory');
+    expect(first.allowed).toBe(true);
+    await redis.config('RESETSTAT');
+    expect((await a.consume(rule, 'mallory')).allowed).toBe(false);
+    expect((await a.consume(rule, 'mallory')).allowed).toBe(false);
+    expect(await scriptCalls(redis)).toBe(2);
+    await a.settle(first, false);
+    expect((await a.consume(rule, 'mallory')).allowed).toBe(true);
+  });
+
+  it('ends a block no later than the window Redis reported', async () => {
+    const keyPrefix = uniquePrefix();
+    const [a] = await instances(1, { keyPrefix });
+    const rule = { name: 'short', count: 1, window: 300 } as const;
+    expect(await admitted(a, rule, 3)).toBe(1);
+    const key = rateLimitKey(keyPrefix, 'short', 'mallory', 'fixed-window');
+    await until(async () => (await redis.exists(key)) === 0, {
+      timeoutMs: 2_000,
+      intervalMs: 5,
+      what: `${key} expiring`,
+    });
+    expect((await a.consume(rule, 'mallory')).allowed).toBe(true);
+  });
+});
