@@ -1,7 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { Cluster } from 'ioredis';
 import calculateSlot from 'cluster-key-slot';
-import { ALGORITHM_NAMES } from '../algorithms/algorithm.js';
 import type { StoreProblemLog } from '../logging/store-problem-log.js';
 import {
   type RateLimitConsumption,
@@ -77,12 +76,9 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     defences: RedisFailoverDefences,
   ) {
     super();
-    // Loaded on every (re)connect: these, and each variant by algorithms on its first call.
+    // Loaded on every (re)connect: these from the start, and each variant by algorithms once a call
+    // first needs it (`RedisService.run` loads it before that call).
     for (const script of [PLAIN_CONSUME_SCRIPT, RAISE_FIXED_WINDOW_SCRIPT, RESET_SCRIPT]) redis.register(script);
-    for (const algorithm of ALGORITHM_NAMES) {
-      redis.register(CONSUME_SCRIPTS.for([{ algorithm }]));
-      redis.register(REFUND_SCRIPTS.for([{ algorithm }]));
-    }
     this.markerShare = defences.marker;
     this.lostWrites = defences.lostWrites;
     // A key another instance reset or refunded is no loss to repair here either. (News that may have

@@ -19,8 +19,8 @@ interface Block {
  * costs at least what was refused: a store's decision for a key improves only with time, or by a
  * refund, a reset or a higher limit, and each of those lifts the block (`forget`, told by the
  * store for every instance, or the limit compared on every hit). Blocks are kept only while that
- * news reaches this instance (`listening`). Counts are never kept for `countOn` rules, which refund by design. Times
- * are taken from before the store's call was sent, so a block ends no later than the store's own.
+ * news reaches this instance (`listening`), and never for `countOn` rules, which refund by design.
+ * Times are taken from before the store's call was sent, so a block ends no later than the store's.
  */
 export class BlockedKeys {
   private readonly blocks: LRUCache<string, Block>;

@@ -75,7 +75,7 @@ export class LocalFallback {
       const same = seen && hit.algorithm === 'fixed-window' && Math.abs(resetAt - seen.resetAt) <= WINDOW_MATCH_MS;
       const latest = same && seen.limit === hit.limit ? Math.max(used, seen.used) : used;
       if (seen) {
-        // In place: the entry is the key's, and \`get\` has made it the most recent.
+        // In place: the entry is the key's, and `get` has made it the most recent.
         seen.used = latest;
         seen.limit = hit.limit;
         seen.seenAt = now;

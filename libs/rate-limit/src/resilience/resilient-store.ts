@@ -97,8 +97,8 @@ export class ResilientStore {
     return consumption;
   }
 
+  /** Only `countOn` admissions are settled here, and the block cache keeps none of theirs. */
   settle(settlements: readonly RateLimitSettlement[]): Promise<void> {
-    this.blocked?.forget(settlements.flatMap(({ hit, refund }) => (refund ? [hit.key] : [])));
     return this.store.settle(settlements);
   }
 

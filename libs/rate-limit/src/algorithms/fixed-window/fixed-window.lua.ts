@@ -18,9 +18,22 @@ import { FIXED_WINDOW_FIELDS, WINDOW_START_SLACK_MS } from './fields.js';
  * no marker). `PLAIN_FIXED_WINDOW_LUA` below is the first form again, inline, for the calls most
  * requests make.
  */
+/**
+ * Lua: `ttlWindowStart(key, window)`, the start on Redis's clock of the window a counter on Redis's
+ * clock holds (nil: none), for the scripts that name a window by its start (refunds, raises). Needs
+ * `redisTimeMs` (`REDIS_TIME_LUA`); starts within `WINDOW_START_SLACK_MS` name the same window.
+ */
+export const TTL_WINDOW_START_LUA = `
+local WINDOW_START_SLACK_MS = ${WINDOW_START_SLACK_MS}
+local function ttlWindowStart(key, window)
+  local left = redis.call('PTTL', key)
+  if left <= 0 then return nil end
+  return redisTimeMs() + left - window
+end`;
+
 export const FIXED_WINDOW_LUA = `
 local FIXED_WINDOW = ${luaStringTable(FIXED_WINDOW_FIELDS)}
-local WINDOW_START_SLACK_MS = ${WINDOW_START_SLACK_MS}
+${TTL_WINDOW_START_LUA}
 -- On Redis's clock: the count at a state key and the ms left of its window (nil: no window).
 local function ttlCounter(key, now, p)
   local raw = redis.pcall('GET', key)
@@ -83,14 +96,10 @@ local TTL_FIXED_WINDOW = {
     if s.fresh then redis.call('SET', key, s.count, 'PX', ttl) else redis.call('INCRBY', key, p.cost) end
     if p.markFrom > 0 and s.count >= p.markFrom then redis.call('SET', p.markerKey, s.count, 'PX', ttl) end
   end,
-  -- Only into the admission's window, named by its start (\`p.start\`): the key's window starts at
-  -- \`now + PTTL - window\`, which TIME and PTTL may round a ms apart (\`WINDOW_START_SLACK_MS\`).
+  -- Only into the admission's window, named by its start (\`p.start\`).
   refund = function(key, at, p)
-    local left = redis.call('PTTL', key)
-    if left <= 0 then return end
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    if math.abs(now + left - p.window - p.start) > WINDOW_START_SLACK_MS then return end
+    local start = ttlWindowStart(key, p.window)
+    if not start or math.abs(start - p.start) > WINDOW_START_SLACK_MS then return end
     local count = tonumber(redis.pcall('GET', key))
     if not count then return end
     if count >= p.cost then redis.call('DECRBY', key, p.cost) else redis.call('SET', key, 0, 'KEEPTTL') end

@@ -3,7 +3,7 @@ import { RedisScript, ScriptsByAlgorithms } from '../redis-script.js';
 import { bits, defineScriptLayout } from '../script-protocol.js';
 import { keysBeside } from '../../store/key-layout.js';
 import type { RateLimitHit } from '../../store/rate-limit-store.js';
-import { algorithmsLua } from './shared.lua.js';
+import { REDIS_TIME_LUA, algorithmsLua } from './shared.lua.js';
 
 /** The reply of both consume scripts: all admitted, now, then per rule its decision. */
 const CONSUME_REPLY = {
@@ -90,8 +90,7 @@ local call = readHead()
 local now = call.now
 if now < 0 then
   TTL_WINDOWS = true
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  now = redisTimeMs()
 end
 local params, steps = {}, {}
 local all = true
@@ -175,7 +174,7 @@ export const ASK_CONSUME_SCRIPTS = -1;
  * CONSUME_SCRIPTS's decision for the calls most requests make, at the least cost to Redis: every
  * rule a fixed window on Redis's clock (`fixed-window.lua.ts`: an integer whose TTL is the window).
  * One INCRBY and one PTTL per rule, the PEXPIRE that starts a window, a DECRBY (or DEL) per rule to
- * take a rejected request back, and one TIME; no functions and no tables per rule. Inline Lua, since
+ * take a rejected request back, and one TIME; no functions but that one, and no tables per rule. Inline Lua, since
  * Redis pays on every call for each function and argument a script has.
  *
  * A key it cannot read as a counter (a hash of an earlier version, junk) or a counter to resume from
@@ -186,7 +185,7 @@ export const ASK_CONSUME_SCRIPTS = -1;
 export const PLAIN_CONSUME_SCRIPT = new RedisScript(
   // Named as the operation it serves, in messages ("Redis did not answer consume").
   CONSUME_LAYOUT.name,
-  `
+  `${REDIS_TIME_LUA}
 -- KEYS and ARGV as PLAIN_CONSUME_LAYOUT lays them out (generated).
 ${PLAIN_CONSUME_LAYOUT.inline.readHead}
 local keys, counts, ttls, costs, created, repairs = {}, {}, {}, {}, {}, {}
@@ -222,8 +221,7 @@ for i = 1, rules do
   if count > limit then all = false end
 end
 -- Redis's time, so the caller can reckon each window's start (now + TTL - window) on Redis's clock.
-local t = redis.call('TIME')
-local allowed, now = all, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local allowed, now = all, redisTimeMs()
 ${PLAIN_CONSUME_LAYOUT.inline.replyHead}
 for i = 1, rules do
   ${PLAIN_CONSUME_LAYOUT.inline.readRule.replace(/\n/g, '\n  ')}

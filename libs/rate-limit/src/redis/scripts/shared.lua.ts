@@ -23,7 +23,14 @@ import { GRACE_MS } from '../../store/rate-limit-store.js';
  * `pendingMember` is the member a `countOn` admission leaves in its rule's pending key: the consume
  * script adds it and the refund script removes it, so both build it here.
  */
-const HELPERS_LUA = `
+/** Lua: `redisTimeMs()`, Redis's clock in whole ms (`TIME`), as every script that needs it reads it. */
+export const REDIS_TIME_LUA = `
+local function redisTimeMs()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end`;
+
+const HELPERS_LUA = `${REDIS_TIME_LUA}
 local GRACE_MS = ${GRACE_MS}
 local ROUNDING_EPSILON = ${ROUNDING_EPSILON}
 local function fmt(x) return string.format('%.17g', x) end
