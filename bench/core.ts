@@ -8,7 +8,9 @@
  *   on one hot key and on 10,000 distinct keys;
  * - attack: one hot key over its limit (5 a minute), so nearly every decision is a refusal;
  * - three rules on one decision (one round trip for ours, one per rule for the peer);
- * - Redis memory per fixed-window key, and Redis CPU per decision for each of our algorithms.
+ * - Redis memory per fixed-window key, and Redis CPU per decision for each of our algorithms;
+ * - the embedded store (no Redis): decisions/s on a hot key and on 100,000 keys, and its memory
+ *   under a flood of distinct keys.
  *
  * Figures are ratios to the floor measured in the same round; rounds alternate the order of the
  * contenders so that drift in the machine falls on all of them, and each cell keeps its median of
@@ -21,6 +23,7 @@ import { Redis } from 'ioredis';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from 'nest-rate-limit';
 import { startRedisServer } from '../test/support/redis-server.js';
+import { redisCpuUs } from './support/redis-cpu.js';
 import { createStore, hit } from '../test/support/store-module.js';
 
 const QUICK = process.env.QUICK === '1';
@@ -46,12 +49,6 @@ interface Result {
   p99Ms: number;
   nodeUs: number;
   redisUs: number;
-}
-
-async function redisCpuUs(client: Redis): Promise<number> {
-  const info = await client.info('cpu');
-  const field = (name: string) => Number(new RegExp(`${name}:([\\d.]+)`).exec(info)?.[1] ?? 0);
-  return (field('used_cpu_user') + field('used_cpu_sys')) * 1e6;
 }
 
 /** Runs `CALLS` decisions with `inFlight` outstanding at once, over `keys` keys in turn. */
@@ -237,11 +234,79 @@ async function main(): Promise<void> {
         `| ${algorithm} | ${Math.round(r.perSecond)} | ${r.redisUs.toFixed(1)} | ${bytes.toFixed(0)} |`,
       );
     }
-    console.log(algorithmRows.join('\n'));
+    console.log(algorithmRows.join('\n'), '\n');
   } finally {
     await close();
     client.disconnect();
     await server.stop();
+  }
+  await embedded();
+}
+
+/**
+ * The embedded store (no Redis), in this process: the store call and the whole decision on one hot
+ * key and on 100,000 keys, with `memoryStore.maxKeys` sized to hold them; then a flood of
+ * 1,000,000 distinct keys through a store of 100,000, to show its memory stays bounded.
+ */
+async function embedded(): Promise<void> {
+  const DISTINCT = 100_000;
+  const DECISIONS = QUICK ? 300_000 : 1_000_000;
+  const { store, limiter, close } = await createStore({ memoryStore: { maxKeys: 2 * DISTINCT } });
+  const rows = [
+    '### Embedded store (no Redis): decisions/s in one process',
+    '',
+    '| call | keys | decisions/s | µs/decision |',
+    '|---|---|---|---|',
+  ];
+  try {
+    const hot = [hit('rl:{hot}:bench:fw', { limit: HUGE, windowMs: 60_000 })];
+    const many = Array.from({ length: DISTINCT }, (_, i) => [
+      hit(`rl:{${i}}:bench:fw`, { limit: HUGE, windowMs: 60_000 }),
+    ]);
+    const identities = Array.from({ length: DISTINCT }, (_, i) => String(i));
+    const rule = { name: 'embedded', count: HUGE, window: '1m' } as const;
+    const cases: [string, string, (i: number) => Promise<unknown>][] = [
+      ['store call', 'hot', () => store.consume(hot)],
+      ['store call', '100k keys', (i) => store.consume(many[i % DISTINCT])],
+      ['RateLimiterService.consume', 'hot', () => limiter.consume(rule, 'hot')],
+      ['RateLimiterService.consume', '100k keys', (i) => limiter.consume(rule, identities[i % DISTINCT])],
+    ];
+    for (const [call, keys, decide] of cases) {
+      const perSecond: number[] = [];
+      for (let round = 0; round < ROUNDS + 1; round += 1) {
+        const started = performance.now();
+        let n = 0;
+        while (n < DECISIONS && performance.now() - started < MAX_MS) {
+          for (const end = n + 1_000; n < end; n += 1) await decide(n);
+        }
+        // The first round warms up (and fills the 100,000 keys).
+        if (round > 0) perSecond.push((n / (performance.now() - started)) * 1000);
+      }
+      const rate = perSecond.sort((a, b) => a - b)[Math.floor(perSecond.length / 2)];
+      rows.push(`| ${call} | ${keys} | ${Math.round(rate)} | ${(1e6 / rate).toFixed(2)} |`);
+    }
+  } finally {
+    await close();
+  }
+  console.log(rows.join('\n'), '\n');
+
+  const bounded = await createStore({ memoryStore: { maxKeys: DISTINCT } });
+  try {
+    global.gc?.();
+    const before = process.memoryUsage().heapUsed;
+    const flood = 10 * DISTINCT;
+    for (let i = 0; i < flood; i += 1) {
+      await bounded.store.consume([hit(`rl:{flood${i}}:bench:fw`, { limit: 5, windowMs: 60_000 })]);
+    }
+    global.gc?.();
+    const after = process.memoryUsage().heapUsed;
+    console.log(
+      `Flood: ${flood.toLocaleString('en')} distinct keys through a store of maxKeys ${DISTINCT.toLocaleString('en')}: ` +
+        `heap ${((after - before) / 2 ** 20).toFixed(0)} MiB more after it (${((after - before) / DISTINCT).toFixed(0)} B per key held)` +
+        `${global.gc ? '' : ' (run with node --expose-gc for a figure after collection)'}`,
+    );
+  } finally {
+    await bounded.close();
   }
 }
 

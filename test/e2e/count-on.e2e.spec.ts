@@ -18,7 +18,7 @@ import type { ServerResponse } from 'node:http';
 import { type Observable, TimeoutError, catchError, throwError, timeout } from 'rxjs';
 import request from 'supertest';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { RateLimit, RateLimitInterceptor } from 'nest-rate-limit';
+import { RateLimit, RateLimitGuard } from 'nest-rate-limit';
 import { describeStoresAndPlatforms } from '../support/matrix.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
 import { sequential } from '../support/traffic.js';
@@ -46,10 +46,10 @@ class DenyGuard implements CanActivate {
 
 @Controller('count-on')
 class CountOnController {
-  /** The interceptor twice: globally and here. Refunds must still happen once. */
+  /** The guard twice: globally and here. The request is counted, and refunded, once. */
   @Get('twice')
   @RateLimit({ count: 2, window: '1h', countOn: 'failure' })
-  @UseInterceptors(RateLimitInterceptor)
+  @UseGuards(RateLimitGuard)
   twice(@Query('password') password: string) {
     if (password !== 'right') throw new UnauthorizedException();
     return { ok: true };
@@ -131,7 +131,7 @@ describeStoresAndPlatforms('countOn refunds', (store, platform) => {
     await http.get('/count-on/work').expect(429);
   });
 
-  it('refunds once when the interceptor is registered twice', async () => {
+  it('counts and refunds once when the guard is registered twice', async () => {
     const http = request(app.getHttpServer());
     await http.get('/count-on/twice').query({ password: 'wrong' }).expect(401);
     const right = await sequential(3, () => http.get('/count-on/twice').query({ password: 'right' }));

@@ -1,4 +1,4 @@
-import { Controller, Get, type INestApplication } from '@nestjs/common';
+import { Controller, Get, type INestApplication, UnauthorizedException, UseGuards } from '@nestjs/common';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RateLimit, RateLimitConfigurationError, RateLimitModule, type RateLimitHeaderStyle } from 'nest-rate-limit';
@@ -10,6 +10,21 @@ import { createTestApp, uniquePrefix } from '../support/test-app.js';
 class HeadersController {
   @Get()
   @RateLimit({ name: 'client', count: 2, window: '10s' })
+  get() {
+    return { ok: true };
+  }
+}
+
+/** Counted first, then refused by an authentication guard that runs after the limiter's. */
+@Controller('headers-then-auth')
+class AuthAfterLimitController {
+  @Get()
+  @RateLimit({ count: 2, window: '10s' })
+  @UseGuards({
+    canActivate: () => {
+      throw new UnauthorizedException();
+    },
+  })
   get() {
     return { ok: true };
   }
@@ -65,6 +80,25 @@ describePlatforms('rate-limit header styles', (platform) => {
     expect(Object.keys(admitted).filter((name) => RATE_LIMIT_HEADERS.test(name))).toEqual([]);
     expect(Object.keys(rejected).filter((name) => RATE_LIMIT_HEADERS.test(name))).toEqual([]);
     expect(rejected['retry-after']).toBe('10');
+  });
+});
+
+describePlatforms('headers of requests refused after the limiter admitted them', (platform) => {
+  let app: INestApplication;
+  afterEach(() => app?.close());
+
+  it('a 401 from a later guard still says what the counted request left', async () => {
+    app = await createTestApp({
+      platform,
+      controllers: [AuthAfterLimitController],
+      rateLimit: { keyPrefix: uniquePrefix() },
+    });
+    const first = await request(app.getHttpServer()).get('/headers-then-auth');
+    expect(first.status).toBe(401);
+    expect(first.headers).toMatchObject({ 'ratelimit-limit': '2', 'ratelimit-remaining': '1' });
+    const second = await request(app.getHttpServer()).get('/headers-then-auth');
+    expect(second.headers).toMatchObject({ 'ratelimit-remaining': '0' });
+    expect((await request(app.getHttpServer()).get('/headers-then-auth')).status).toBe(429);
   });
 });
 

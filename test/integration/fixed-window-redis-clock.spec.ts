@@ -146,6 +146,25 @@ describe('fixed windows on Redis’s clock: an integer timed by its TTL', () => 
     });
   });
 
+  // Redis's clock moves while a script runs (a long call, or Redis descheduled on a busy machine):
+  // a window's start must be the time its end was reckoned from, never a second reading of the
+  // clock. 2,000 rules keep one call running for milliseconds between its first and last window.
+  it.each(Object.entries(SHAPES))(
+    'refunds every rule of a long call into its own window (%s), however far the clock moves meanwhile',
+    async (_, shape) => {
+      const prefix = uniquePrefix();
+      const fixed = Array.from({ length: 2_000 }, (_, i) =>
+        hit(`${prefix}:{carol}:r${i}:fw`, { limit: 5, windowMs: 60_000 }),
+      );
+      const hits = fixed.flatMap((rule, i) => (i === 0 ? shape(rule) : [rule]));
+      const admitted = await store.consume(hits);
+      expect(admitted.allowed).toBe(true);
+      await store.refund(hits.map((rule, i) => ({ hit: rule, receipt: admitted.receipts![i] })));
+      const counts = await redis.mget(...fixed.map((rule) => rule.key));
+      expect(counts.filter((count) => count !== '0').length, 'counters a refund missed').toBe(0);
+    },
+  );
+
   it('decides several fixed windows together: all admit and count, or none counts', async () => {
     const prefix = uniquePrefix();
     const wide = hit(`${prefix}:{bob}:wide:fw`, { limit: 10, windowMs: 60_000 });

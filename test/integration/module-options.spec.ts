@@ -1,16 +1,9 @@
-import { Controller, Get, Module, UseGuards, UseInterceptors } from '@nestjs/common';
+import { Controller, Get, Module, UseGuards } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
 import { Test } from '@nestjs/testing';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  RateLimit,
-  RateLimitGuard,
-  RateLimitInterceptor,
-  RateLimitModule,
-  RedisService,
-  rateLimitKeys,
-} from 'nest-rate-limit';
+import { RateLimit, RateLimitGuard, RateLimitModule, RedisService, rateLimitKeys } from 'nest-rate-limit';
 import { fixedWindowCount } from '../support/inspect.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { LogCapture } from '../support/log-capture.js';
@@ -19,7 +12,6 @@ import { sequential } from '../support/traffic.js';
 
 @Controller('opt-in')
 @UseGuards(RateLimitGuard)
-@UseInterceptors(RateLimitInterceptor)
 class OptInController {
   @Get()
   @RateLimit(2, '1m')

@@ -43,9 +43,8 @@ export async function auditRateLimitKeys(client: Redis | Cluster, options: KeyAu
       for (const [i, key] of keys.entries()) {
         if (ttls[i] !== -1) continue;
         report.withoutTtl.push(key);
-        // PEXPIRE NX (Redis 7) would be tidier; checking the reply keeps Redis 6 working, and a key
-        // that got a TTL meanwhile is only given a new one, never made permanent.
-        if (options.repairTtlMs !== undefined && (await node.pexpire(key, options.repairTtlMs)) === 1) {
+        // NX: a key that got a TTL meanwhile keeps it.
+        if (options.repairTtlMs !== undefined && (await node.pexpire(key, options.repairTtlMs, 'NX')) === 1) {
           report.repaired += 1;
         }
       }

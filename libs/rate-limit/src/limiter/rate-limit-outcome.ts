@@ -17,10 +17,13 @@ export interface RuleDecision extends RateLimitDecision {
   fallback: boolean;
 }
 
-/** What the limiter decided for a request (for HTTP, kept on the request for the interceptor). */
+/** What the limiter decided for a request. */
 export interface RateLimitOutcome {
   decisions: readonly RuleDecision[];
-  /** The decision that sets the headers: the rejecting rule with the longest wait, else the tightest rule. */
+  /**
+   * The decision that sets the headers: the rejecting rule with the longest wait, else the tightest
+   * rule the store decided (none when the fallback decided every rule of an admitted request).
+   */
   reported: RuleDecision | undefined;
   allowed: boolean;
   /** Admitted units of rules with `countOn` other than `'all'`, to settle when the response ends. */

@@ -84,7 +84,10 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
    * identity or cost resolver throws, e.g. a `BadRequestException` for a missing API key.
    */
   async check(rules: readonly RateLimitRule[], context: ExecutionContext): Promise<RateLimitOutcome> {
-    const prepared = await Promise.all(rules.map((rule) => this.hits.forRequest(rule, context)));
+    const preparing = rules.map((rule) => this.hits.forRequest(rule, context));
+    const prepared = preparing.some((p) => p instanceof Promise)
+      ? await Promise.all(preparing)
+      : (preparing as PreparedRule[]);
     return this.decide(prepared, () => clientGone(context));
   }
 

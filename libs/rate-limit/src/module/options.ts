@@ -131,8 +131,8 @@ export interface RateLimitModuleExtras {
   /** Make the module's providers visible to every module. Default false. */
   isGlobal?: boolean;
   /**
-   * Register `RateLimitGuard` and `RateLimitInterceptor` for every route (`APP_GUARD`/`APP_INTERCEPTOR`).
-   * Default true. With false, apply them yourself with `@UseGuards`/`@UseInterceptors`.
+   * Register `RateLimitGuard` for every route (`APP_GUARD`). Default true. With false, apply it
+   * yourself with `@UseGuards(RateLimitGuard)`.
    */
   globalGuard?: boolean;
 }

@@ -1,6 +1,6 @@
 import { type DynamicModule, Logger, Module, type Provider } from '@nestjs/common';
 import { ConfigService } from '@nestjs/config';
-import { APP_GUARD, APP_INTERCEPTOR, DiscoveryModule, ModuleRef } from '@nestjs/core';
+import { APP_GUARD, DiscoveryModule, ModuleRef } from '@nestjs/core';
 import { NestConfigCentre } from '../config-centre/nest-config-centre.js';
 import { RateLimitConfigCentre } from '../config-centre/rate-limit-config-centre.js';
 import { RateLimitGuard } from '../http/rate-limit.guard.js';
@@ -147,10 +147,6 @@ function ownModule(built: DynamicModule, globalGuard: boolean): DynamicModule {
   if (!globalGuard) return module;
   return {
     ...module,
-    providers: [
-      ...(module.providers ?? []),
-      { provide: APP_GUARD, useExisting: RateLimitGuard },
-      { provide: APP_INTERCEPTOR, useExisting: RateLimitInterceptor },
-    ],
+    providers: [...(module.providers ?? []), { provide: APP_GUARD, useExisting: RateLimitGuard }],
   };
 }

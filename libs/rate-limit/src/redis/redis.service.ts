@@ -12,6 +12,7 @@ import type { RedisScript } from './redis-script.js';
 import type { LiftedKeysWatcher } from '../store/rate-limit-store.js';
 import { RATE_LIMIT_DEFAULTS } from '../module/defaults.js';
 import { CallDeadlines, RedisTimeoutError } from './call-deadlines.js';
+import { unsupportedRedis } from './redis-version.js';
 
 export { RedisTimeoutError };
 
@@ -209,8 +210,10 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     }
     // Before the first request: loads the scripts and, on Cluster, opens the connection to every
     // master (a first command on a node not yet connected waits out a 100 ms retry).
-    if (this.redis.status === 'ready')
+    if (this.redis.status === 'ready') {
       await withDeadline(this.loadScripts(), 2_000, 'SCRIPT LOAD').catch(() => undefined);
+      await withDeadline(this.checkVersion(), 2_000, 'INFO').catch(() => undefined);
+    }
   }
 
   async onApplicationShutdown(): Promise<void> {
@@ -275,6 +278,22 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
         else watcher.listening(true); // Unreadable news: forget every block, and go on listening.
       }
     });
+  }
+
+  /** Says at the start, once, when a server is too old for the scripts, rather than by every request's error. */
+  private async checkVersion(): Promise<void> {
+    const client = this.client;
+    const nodes = client instanceof Cluster ? client.nodes('master') : [client];
+    for (const node of nodes) {
+      const problem = unsupportedRedis(await node.info('server'));
+      if (problem) {
+        const where = client instanceof Cluster ? `${node.options.host}:${node.options.port}` : this.describe();
+        this.logger.error(
+          `Redis (${where}) ${problem}; until it is upgraded, requests follow the store-error policies`,
+        );
+        return;
+      }
+    }
   }
 
   private async loadScripts(scripts: Iterable<RedisScript> = this.scripts): Promise<void> {

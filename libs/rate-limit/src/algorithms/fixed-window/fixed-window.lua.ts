@@ -1,14 +1,15 @@
 import { luaStringTable } from '../../redis/script-protocol.js';
-import { FIXED_WINDOW_FIELDS, WINDOW_START_SLACK_MS } from './fields.js';
+import { FIXED_WINDOW_FIELDS } from './fields.js';
 
 /**
  * Fixed window in Lua: the twin of `fixed-window.ts`, in two forms by who keeps the time.
  *
  * On Redis's clock (no `clock` option: `TTL_WINDOWS`), the state key is a plain integer, the units
- * admitted, and its TTL is the window: created with the window's length by the window's first
- * admission, gone when it ends. That is the least Redis can hold and do per decision (one INCRBY
- * and one PTTL). The window's start is `now + PTTL - window`. A state key found as a hash (written
- * by an earlier version, or with the `clock` option) keeps its count for what is left of its window.
+ * admitted, and its TTL is the window: given its absolute end (`now + window`) by the window's
+ * first admission, gone when it ends. That is the least Redis can hold and do per decision (one
+ * INCRBY and one PEXPIRETIME). The window's start is its end less the window. A state key found as
+ * a hash (written by an earlier version, or with the `clock` option) keeps its count for what is
+ * left of its window.
  *
  * On the app's clock (the `clock` option), Redis's expiry cannot time the window, so the state key
  * is a hash of `FIXED_WINDOW_FIELDS` (window start, admitted units), kept a grace beyond the window.
@@ -20,21 +21,29 @@ import { FIXED_WINDOW_FIELDS, WINDOW_START_SLACK_MS } from './fields.js';
  */
 /**
  * Lua: `ttlWindowStart(key, window)`, the start on Redis's clock of the window a counter on Redis's
- * clock holds (nil: none), for the scripts that name a window by its start (refunds, raises). Needs
- * `redisTimeMs` (`REDIS_TIME_LUA`); starts within `WINDOW_START_SLACK_MS` name the same window.
+ * clock holds (nil: none), for the scripts that name a window by its start (refunds, raises).
+ *
+ * A window is named by its start, `PEXPIRETIME - window`: the scripts give a new window its
+ * absolute end (`PXAT`, `PEXPIREAT`) from the one `TIME` they read, and read that end back as
+ * stored, so every reckoning of a start is exact, however far Redis's clock moves while a script
+ * runs. (A second reading of the clock, `TIME + PTTL`, moves with it: Redis descheduled between
+ * the two on a busy machine named one window by two starts, and refunds went astray.) Replicas
+ * receive the absolute end, so a promoted replica names the same window. Two windows of a key
+ * start a window apart; a reset lets the next start at once, and is announced to every instance,
+ * which then forgets what it saw of the key. A key deleted behind the library's back (`FLUSHDB`)
+ * starts a window told apart from the last by its later start.
  */
 export const TTL_WINDOW_START_LUA = `
-local WINDOW_START_SLACK_MS = ${WINDOW_START_SLACK_MS}
 local function ttlWindowStart(key, window)
-  local left = redis.call('PTTL', key)
-  if left <= 0 then return nil end
-  return redisTimeMs() + left - window
+  local ends = redis.call('PEXPIRETIME', key)
+  if ends < 0 then return nil end
+  return ends - window
 end`;
 
 export const FIXED_WINDOW_LUA = `
 local FIXED_WINDOW = ${luaStringTable(FIXED_WINDOW_FIELDS)}
 ${TTL_WINDOW_START_LUA}
--- On Redis's clock: the count at a state key and the ms left of its window (nil: no window).
+-- On Redis's clock: the count at a state key and its window's end, absolute (nil: no window).
 local function ttlCounter(key, now, p)
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' and raw.err then
@@ -47,10 +56,10 @@ local function ttlCounter(key, now, p)
     if type(st) == 'table' and not st.err then
       local start, count = num(st[1]), num(st[2])
       if start and count and count >= 0 and now >= start and now < start + p.window then
-        local left = math.floor(start + p.window - now)
-        if left > 0 then
-          redis.call('SET', key, math.floor(count), 'PX', left)
-          return math.floor(count), left
+        local ends = math.floor(start + p.window)
+        if ends > now then
+          redis.call('SET', key, math.floor(count), 'PXAT', ends)
+          return math.floor(count), ends
         end
       end
     end
@@ -64,42 +73,41 @@ local function ttlCounter(key, now, p)
     repaired = true
     return 0, nil
   end
-  local ttl = redis.call('PTTL', key)
-  if ttl < 0 then
+  local ends = redis.call('PEXPIRETIME', key)
+  if ends < 0 then
     -- Found without a TTL: its window ends a window from now at the latest. No ban for ever.
-    redis.call('PEXPIRE', key, p.window)
+    ends = now + p.window
+    redis.call('PEXPIREAT', key, ends)
     repaired = true
-    ttl = p.window
   end
-  return count, ttl
+  return count, ends
 end
 local TTL_FIXED_WINDOW = {
   check = function(key, now, p)
-    local count, ttl = ttlCounter(key, now, p)
-    local fresh = ttl == nil
+    local count, ends = ttlCounter(key, now, p)
+    local fresh = ends == nil
     if fresh and p.markFrom > 0 then
       -- The counter is missing (a failover to a replica that lacked it?) but the window's marker
       -- is not: resume from it.
-      local m, mttl = ttlCounter(p.markerKey, now, p)
-      if mttl then count = m; ttl = mttl end
+      local m, mends = ttlCounter(p.markerKey, now, p)
+      if mends then count = m; ends = mends end
     end
-    ttl = ttl or p.window
+    ends = ends or now + p.window
+    -- A window in its last ms by TIME (read after the script began) still reports 1 ms left.
+    local ttl = math.max(1, ends - now)
     local allowed = count + p.cost <= p.limit
     local used = count
     if allowed then used = count + p.cost end
     return { allowed = allowed, remaining = math.max(0, p.limit - used), reset = ttl, ttl = ttl,
-             start = now + ttl - p.window, count = count + p.cost, fresh = fresh }
+             ends = ends, start = ends - p.window, count = count + p.cost, fresh = fresh }
   end,
   commit = function(key, now, p, s)
-    -- A TTL of 0 is a key in its last ms, which SET ... PX refuses: 1 ms is the same window's end.
-    local ttl = math.max(1, s.ttl)
-    if s.fresh then redis.call('SET', key, s.count, 'PX', ttl) else redis.call('INCRBY', key, p.cost) end
-    if p.markFrom > 0 and s.count >= p.markFrom then redis.call('SET', p.markerKey, s.count, 'PX', ttl) end
+    if s.fresh then redis.call('SET', key, s.count, 'PXAT', s.ends) else redis.call('INCRBY', key, p.cost) end
+    if p.markFrom > 0 and s.count >= p.markFrom then redis.call('SET', p.markerKey, s.count, 'PXAT', s.ends) end
   end,
   -- Only into the admission's window, named by its start (\`p.start\`).
   refund = function(key, at, p)
-    local start = ttlWindowStart(key, p.window)
-    if not start or math.abs(start - p.start) > WINDOW_START_SLACK_MS then return end
+    if ttlWindowStart(key, p.window) ~= p.start then return end
     local count = tonumber(redis.pcall('GET', key))
     if not count then return end
     if count >= p.cost then redis.call('DECRBY', key, p.cost) else redis.call('SET', key, 0, 'KEEPTTL') end

@@ -1,5 +1,4 @@
 import { LRUCache } from 'lru-cache';
-import { WINDOW_START_SLACK_MS } from '../../algorithms/fixed-window/fields.js';
 import type { StoreProblemLog } from '../../logging/store-problem-log.js';
 import {
   type RateLimitConsumption,
@@ -63,7 +62,7 @@ export class LostWriteCheck {
       const hit = hits[i];
       const start = starts[i];
       const seen = this.seen.get(hit.key);
-      if (start === undefined || !seen || !sameWindow(seen, start) || seen.limit !== hit.limit) return decision;
+      if (start === undefined || !seen || seen.start !== start || seen.limit !== hit.limit) return decision;
       const figure = seen.used + (consumption.allowed ? hit.cost : 0);
       const lost = figure - committedUnits(hit, consumption, i);
       if (lost < Math.max(2, Math.ceil(hit.limit * 0.05))) return decision;
@@ -121,15 +120,10 @@ export class LostWriteCheck {
       // A fixed window's count never falls: keep the highest figure seen in the same window. (The
       // local fallback keeps its own figures, by a window's end on this instance's clock: it serves
       // every algorithm and needs no exact window.)
-      if (seen && sameWindow(seen, start) && seen.limit === hit.limit) seen.used = Math.max(used, seen.used);
+      if (seen && seen.start === start && seen.limit === hit.limit) seen.used = Math.max(used, seen.used);
       else this.seen.set(hit.key, { start, used, limit: hit.limit });
     });
   }
-}
-
-/** Starts of a window on Redis's clock are reckoned from TIME and PTTL, which may round a ms apart. */
-function sameWindow(seen: SeenWindow, start: number): boolean {
-  return Math.abs(seen.start - start) <= WINDOW_START_SLACK_MS;
 }
 
 function checked(hit: RateLimitHit): boolean {

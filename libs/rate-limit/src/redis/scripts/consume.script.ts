@@ -173,9 +173,9 @@ export const ASK_CONSUME_SCRIPTS = -1;
 /**
  * CONSUME_SCRIPTS's decision for the calls most requests make, at the least cost to Redis: every
  * rule a fixed window on Redis's clock (`fixed-window.lua.ts`: an integer whose TTL is the window).
- * One INCRBY and one PTTL per rule, the PEXPIRE that starts a window, a DECRBY (or DEL) per rule to
- * take a rejected request back, and one TIME; no functions but that one, and no tables per rule. Inline Lua, since
- * Redis pays on every call for each function and argument a script has.
+ * One INCRBY and one PEXPIRETIME per rule, the PEXPIREAT that starts a window, a DECRBY (or DEL) per
+ * rule to take a rejected request back, and one TIME; no functions but that one, and no tables per
+ * rule. Inline Lua, since Redis pays on every call for each function and argument a script has.
  *
  * A key it cannot read as a counter (a hash of an earlier version, junk) or a counter to resume from
  * its marker: it takes back what it counted and replies ASK_CONSUME_SCRIPTS, whose fixed-window Lua
@@ -188,14 +188,15 @@ export const PLAIN_CONSUME_SCRIPT = new RedisScript(
   `${REDIS_TIME_LUA}
 -- KEYS and ARGV as PLAIN_CONSUME_LAYOUT lays them out (generated).
 ${PLAIN_CONSUME_LAYOUT.inline.readHead}
-local keys, counts, ttls, costs, created, repairs = {}, {}, {}, {}, {}, {}
-local all = true
+local keys, counts, windowEnds, costs, created, repairs = {}, {}, {}, {}, {}, {}
 local function undo(upTo)
   for i = 1, upTo do
     local key = keys[i]
     if created[i] then redis.call('DEL', key) else redis.call('DECRBY', key, costs[i]) end
   end
 end
+-- Redis's time, read once: a new window's end is reckoned from it, and so is each reset.
+local all, now = true, redisTimeMs()
 for i = 1, rules do
   ${PLAIN_CONSUME_LAYOUT.inline.readRule.replace(/\n/g, '\n  ')}
   keys[i], costs[i] = key, cost
@@ -205,31 +206,32 @@ for i = 1, rules do
     if type(count) == 'table' then undo(i - 1) else undo(i) end
     return { ${ASK_CONSUME_SCRIPTS} }
   end
-  local ttl = redis.call('PTTL', key)
-  if ttl < 0 then
+  local ends = redis.call('PEXPIRETIME', key)
+  if ends < 0 then
     created[i] = count == cost
     if created[i] and markFrom > 0 and redis.call('EXISTS', markerKey) == 1 then
       undo(i)
       return { ${ASK_CONSUME_SCRIPTS} }
     end
     -- A new window, or a counter found without a TTL (repaired: a window more at most).
-    redis.call('PEXPIRE', key, window)
-    ttl = window
+    ends = now + window
+    redis.call('PEXPIREAT', key, ends)
     repairs[i] = not created[i]
   end
-  counts[i], ttls[i] = count, ttl
+  counts[i], windowEnds[i] = count, ends
   if count > limit then all = false end
 end
--- Redis's time, so the caller can reckon each window's start (now + TTL - window) on Redis's clock.
-local allowed, now = all, redisTimeMs()
+local allowed = all
 ${PLAIN_CONSUME_LAYOUT.inline.replyHead}
 for i = 1, rules do
   ${PLAIN_CONSUME_LAYOUT.inline.readRule.replace(/\n/g, '\n  ')}
-  local count, reset, repaired, provisional = counts[i], ttls[i], repairs[i], false
+  -- The caller reckons the window's start as now + reset - window. A window in its last ms by TIME
+  -- still reports 1 ms left.
+  local count, ends, repaired, provisional = counts[i], windowEnds[i], repairs[i], false
+  local reset = math.max(1, ends - now)
   local allowed = count <= limit
   local remaining = math.max(0, limit - (allowed and count or count - cost))
-  -- PX 1 at least: a TTL of 0 is a key in its last ms, which SET ... PX refuses.
-  if all and markFrom > 0 and count >= markFrom then redis.call('SET', markerKey, count, 'PX', math.max(1, reset)) end
+  if all and markFrom > 0 and count >= markFrom then redis.call('SET', markerKey, count, 'PXAT', ends) end
   ${PLAIN_CONSUME_LAYOUT.inline.pushRule.replace(/\n/g, '\n  ')}
 end
 if not all then undo(rules) end

@@ -2,7 +2,6 @@ import { FIXED_WINDOW_FIELDS } from '../../algorithms/fixed-window/fields.js';
 import { TTL_WINDOW_START_LUA } from '../../algorithms/fixed-window/fixed-window.lua.js';
 import { RedisScript } from '../redis-script.js';
 import { defineScriptLayout, luaStringTable } from '../script-protocol.js';
-import { REDIS_TIME_LUA } from './shared.lua.js';
 
 /** The call and reply of RAISE_FIXED_WINDOW_SCRIPT: the state key, the window's start and length, the figure. */
 export const RAISE_FIXED_WINDOW_LAYOUT = defineScriptLayout('raise-fixed-window', {
@@ -15,18 +14,18 @@ export const RAISE_FIXED_WINDOW_LAYOUT = defineScriptLayout('raise-fixed-window'
  * less (writes lost in a failover). "At least", so instances repairing at once never add up; and
  * only that window, by its start, never one that began since. It reads the state in either form
  * the fixed window's Lua writes (`fixed-window.lua.ts`): an integer timed by its TTL, whose start
- * is reckoned from TIME and PTTL (`ttlWindowStart`), or a hash that holds its start.
+ * is its absolute end less the window (`ttlWindowStart`), or a hash that holds its start.
  */
 export const RAISE_FIXED_WINDOW_SCRIPT = new RedisScript(
   RAISE_FIXED_WINDOW_LAYOUT.name,
-  `${RAISE_FIXED_WINDOW_LAYOUT.lua}${REDIS_TIME_LUA}${TTL_WINDOW_START_LUA}
+  `${RAISE_FIXED_WINDOW_LAYOUT.lua}${TTL_WINDOW_START_LUA}
 local FIXED_WINDOW = ${luaStringTable(FIXED_WINDOW_FIELDS)}
 local call = readHead()
 local kind = redis.call('TYPE', call.key).ok
 if kind == 'string' then
   local start = ttlWindowStart(call.key, call.window)
   local count = tonumber(redis.call('GET', call.key))
-  if start and count and count < call.figure and math.abs(start - call.start) <= WINDOW_START_SLACK_MS then
+  if start == call.start and count and count < call.figure then
     redis.call('SET', call.key, call.figure, 'KEEPTTL')
     return replyHead({ raised = true })
   end

@@ -1,0 +1,192 @@
+/**
+ * What a limiter costs a Nest app per HTTP request, side by side in one run: the same app without a
+ * limiter (bare), with a guard making one bare EVALSHA (the floor), with this library (embedded
+ * store; Redis, with and without its headers), with rate-limiter-flexible
+ * (RateLimiterRedis in a guard, with and without its in-memory block) and with @nestjs/throttler on
+ * @nest-lab/throttler-storage-redis. Each is `bench/support/http-contender.ts` in a process of its
+ * own (one core); autocannon runs in this one (the other core); Redis is a redis-server this script
+ * starts on a free loopback port.
+ *
+ * - admitting: `GET /ping` with a limit far above the load, so every request pays the whole path;
+ * - attack: one client over a limit of 5 a minute, so nearly every request is a 429, against the
+ *   bare app serving 200s: there the refusal path itself is the budget, and a guard that refuses
+ *   every request without asking anyone shows what Nest's own 429 path costs.
+ *
+ * Each contender runs after a warm-up; rounds alternate the contenders' order, figures are ratios
+ * to the bare app in the same round, and each cell keeps its median over the rounds. App CPU is the
+ * contender process's (from /proc), Redis CPU the server's `used_cpu_user + used_cpu_sys`, both per
+ * request over the bare app's and per request.
+ *
+ *   npm run bench:http          (QUICK=1: one round of 2 s each; BENCH_SECONDS=10 for longer)
+ */
+import autocannon from 'autocannon';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { Redis } from 'ioredis';
+import { startRedisServer } from '../test/support/redis-server.js';
+import { redisCpuUs } from './support/redis-cpu.js';
+
+const QUICK = process.env.QUICK === '1';
+const SECONDS = Number(process.env.BENCH_SECONDS ?? (QUICK ? 2 : 5));
+const WARM_UP_SECONDS = QUICK ? 1 : 2;
+const ROUNDS = QUICK ? 1 : 3;
+const CONNECTIONS = 50;
+const ATTACK_LIMIT = 5;
+
+interface Result {
+  perSecond: number;
+  p99Ms: number;
+  appCpuUs: number;
+  redisCpuUs: number;
+  statuses: string;
+}
+
+const ADMITTING = ['bare', 'floor', 'ours-memory', 'ours-redis', 'ours-redis-no-headers', 'rlf', 'throttler'] as const;
+const ATTACK = ['bare', 'refuse', 'floor', 'ours-memory', 'ours-redis', 'rlf', 'rlf-block', 'throttler'] as const;
+
+const NAMES: Record<string, string> = {
+  bare: 'bare app (no limiter)',
+  floor: 'one-EVALSHA floor (a guard)',
+  refuse: 'a guard refusing all, asking nobody',
+  'ours-redis-no-headers': 'ours, Redis, headers: false',
+  'ours-memory': 'ours, embedded store',
+  'ours-redis': 'ours, Redis',
+  rlf: 'rate-limiter-flexible',
+  'rlf-block': 'rate-limiter-flexible, in-memory block',
+  throttler: '@nestjs/throttler + Redis storage',
+};
+
+/** User and system CPU of a process so far, in µs (Linux: /proc/<pid>/stat, in clock ticks of 10 ms). */
+function processCpuUs(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  // After the command: state is field 3, utime 14 and stime 15 (1-based), so 11 and 12 here.
+  return (Number(fields[11]) + Number(fields[12])) * 10_000;
+}
+
+async function startContender(
+  contender: string,
+  env: Record<string, string>,
+): Promise<{ url: string; pid: number; stop(): Promise<void> }> {
+  const child: ChildProcess = spawn(
+    process.execPath,
+    // Built by tsc (npm run bench:http does): under tsx, the peers' CommonJS builds would load a
+    // second copy of @nestjs/core, whose Reflector Nest cannot inject.
+    ['dist/bench/support/http-contender.js'],
+    { env: { ...process.env, ...env, CONTENDER: contender }, stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  const port = await new Promise<number>((resolve, reject) => {
+    let output = '';
+    child.stdout!.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+      const match = /listening (\d+)/.exec(output);
+      if (match) resolve(Number(match[1]));
+    });
+    child.once('exit', (code) => reject(new Error(`${contender} exited with ${code}:\n${output}`)));
+  });
+  child.stdout!.resume();
+  return {
+    url: `http://127.0.0.1:${port}/ping`,
+    pid: child.pid!,
+    stop: () =>
+      new Promise<void>((resolve) => {
+        child.once('exit', () => resolve());
+        child.kill('SIGTERM');
+      }),
+  };
+}
+
+async function measure(contender: string, limit: number, redisUrl: string, stats: Redis): Promise<Result> {
+  await stats.flushall();
+  const app = await startContender(contender, { LIMIT: String(limit), REDIS_URL: redisUrl });
+  try {
+    await autocannon({ url: app.url, connections: CONNECTIONS, duration: WARM_UP_SECONDS });
+    const appBefore = processCpuUs(app.pid);
+    const redisBefore = await redisCpuUs(stats);
+    const result = await autocannon({ url: app.url, connections: CONNECTIONS, duration: SECONDS });
+    const appCpu = processCpuUs(app.pid) - appBefore;
+    const redisCpu = (await redisCpuUs(stats)) - redisBefore;
+    const total = result.requests.total;
+    const statuses = Object.entries({
+      '2xx': result['2xx'],
+      '429': result.non2xx,
+      errors: result.errors + result.timeouts,
+    })
+      .filter(([, n]) => n > 0)
+      .map(([name, n]) => `${name} ${n}`)
+      .join(', ');
+    return {
+      perSecond: result.requests.average,
+      p99Ms: result.latency.p99,
+      appCpuUs: appCpu / total,
+      redisCpuUs: redisCpu / total,
+      statuses,
+    };
+  } finally {
+    await app.stop();
+  }
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)];
+}
+
+async function run(
+  title: string,
+  contenders: readonly string[],
+  limitOf: (contender: string) => number,
+  redisUrl: string,
+  stats: Redis,
+): Promise<void> {
+  const results = new Map<string, Result[]>();
+  const ratios = new Map<string, number[]>();
+  for (let round = 0; round < ROUNDS; round += 1) {
+    const order = round % 2 === 0 ? contenders : [...contenders].reverse();
+    const ofRound = new Map<string, Result>();
+    for (const contender of order)
+      ofRound.set(contender, await measure(contender, limitOf(contender), redisUrl, stats));
+    const bare = ofRound.get('bare')!;
+    for (const [contender, result] of ofRound) {
+      results.set(contender, [...(results.get(contender) ?? []), result]);
+      ratios.set(contender, [...(ratios.get(contender) ?? []), result.perSecond / bare.perSecond]);
+    }
+  }
+  const bareCpu = median(results.get('bare')!.map((r) => r.appCpuUs));
+  const rows = [
+    `### ${title}`,
+    '',
+    '| contender | req/s | x bare | p99 ms | app µs/request over bare | Redis µs/request | responses (last round) |',
+    '|---|---|---|---|---|---|---|',
+  ];
+  for (const contender of contenders) {
+    const all = results.get(contender)!;
+    const cpu = median(all.map((r) => r.appCpuUs));
+    rows.push(
+      `| ${NAMES[contender]} | ${Math.round(median(all.map((r) => r.perSecond)))} | ` +
+        `${median(ratios.get(contender)!).toFixed(2)} | ${median(all.map((r) => r.p99Ms))} | ` +
+        `${contender === 'bare' ? `(${cpu.toFixed(0)} in all)` : `+${(cpu - bareCpu).toFixed(0)}`} | ` +
+        `${median(all.map((r) => r.redisCpuUs)).toFixed(1)} | ${all.at(-1)!.statuses} |`,
+    );
+  }
+  console.log(rows.join('\n'), '\n');
+}
+
+const server = await startRedisServer();
+const stats = new Redis(server.url);
+try {
+  console.log(
+    `${CONNECTIONS} connections, ${SECONDS} s per contender after ${WARM_UP_SECONDS} s of warm-up, ` +
+      `${ROUNDS} round(s), node ${process.version}\n`,
+  );
+  await run('Admitting: GET /ping under a limit no request reaches', ADMITTING, () => 1_000_000_000, server.url, stats);
+  await run(
+    `Attack: one client over ${ATTACK_LIMIT} a minute (the bare app serves 200s)`,
+    ATTACK,
+    (contender) => (contender === 'bare' ? 1_000_000_000 : ATTACK_LIMIT),
+    server.url,
+    stats,
+  );
+} finally {
+  stats.disconnect();
+  await server.stop();
+}
