@@ -58,23 +58,21 @@ export class RateLimitGuard implements CanActivate {
     const outcome = await this.limiter.check(rules, context);
     attachOutcome(request, outcome);
     const response = http.getResponse<object>();
-    const { httpAdapter } = this.adapterHost;
+    const { reported } = outcome;
+    // None is reported when the fallback admitted on every rule (Redis out), and a refusal the
+    // fallback decided has no figures worth sending: only when to retry.
+    const headers = !reported
+      ? []
+      : reported.fallback
+        ? [['Retry-After', String(retryAfterSeconds(reported))]]
+        : rateLimitHeaders(outcome, this.options.headers);
+    for (const [name, value] of headers) this.adapterHost.httpAdapter.setHeader(response, name, value);
     if (outcome.allowed) {
       if (outcome.conditional.length > 0) this.settleWhenResponseEnds(outcome, response);
-      // None is reported when the fallback decided every rule (Redis out): no figures worth sending.
-      if (outcome.reported) {
-        for (const [name, value] of rateLimitHeaders(outcome, this.options.headers)) {
-          httpAdapter.setHeader(response, name, value);
-        }
-      }
       return true;
     }
 
-    const rejected = outcome.reported!;
-    const headers = rejected.fallback
-      ? [['Retry-After', String(retryAfterSeconds(rejected))]]
-      : rateLimitHeaders(outcome, this.options.headers);
-    for (const [name, value] of headers) httpAdapter.setHeader(response, name, value);
+    const rejected = reported!;
     if (outcome.storeError === 'deny' && this.options.storeErrors.status === 503) {
       throw withoutStack(
         () =>

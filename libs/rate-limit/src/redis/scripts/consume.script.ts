@@ -3,7 +3,7 @@ import { RedisScript, ScriptsByAlgorithms } from '../redis-script.js';
 import { bits, defineScriptLayout } from '../script-protocol.js';
 import { keysBeside } from '../../store/key-layout.js';
 import type { RateLimitHit } from '../../store/rate-limit-store.js';
-import { REDIS_TIME_LUA, algorithmsLua } from './shared.lua.js';
+import { ALGORITHM_ARGS, REDIS_TIME_LUA, algorithmArgs, algorithmsLua } from './shared.lua.js';
 
 /** The reply of both consume scripts: all admitted, now, then per rule its decision. */
 const CONSUME_REPLY = {
@@ -28,11 +28,7 @@ export const CONSUME_LAYOUT = defineScriptLayout('consume', {
   rule: {
     keys: ['key', 'blockKey', 'markerKey', 'pendingKey'],
     args: {
-      alg: 'string',
-      limit: 'number',
-      window: 'number',
-      cost: 'number',
-      burst: 'number',
+      ...ALGORITHM_ARGS,
       block: 'number',
       force: 'flag',
       markFrom: 'number',
@@ -285,11 +281,7 @@ export function encodeConsume(call: ConsumeCall): { keys: string[]; args: (strin
     call.hits.map((hit) => ({
       key: hit.key,
       ...keysBeside(hit.key),
-      alg: hit.algorithm,
-      limit: hit.limit,
-      window: hit.windowMs,
-      cost: hit.cost,
-      burst: hit.burst,
+      ...algorithmArgs(hit),
       block: hit.blockMs,
       force: call.record,
       markFrom: markerFrom(call.markerShare, hit),

@@ -2,7 +2,7 @@ import { ScriptsByAlgorithms } from '../redis-script.js';
 import { defineScriptLayout } from '../script-protocol.js';
 import { keysBeside } from '../../store/key-layout.js';
 import type { RateLimitSettlement } from '../../store/rate-limit-store.js';
-import { algorithmsLua } from './shared.lua.js';
+import { ALGORITHM_ARGS, algorithmArgs, algorithmsLua } from './shared.lua.js';
 
 /**
  * The call and reply of REFUND_SCRIPT.
@@ -18,11 +18,7 @@ export const REFUND_LAYOUT = defineScriptLayout('refund', {
   rule: {
     keys: ['key', 'pendingKey'],
     args: {
-      alg: 'string',
-      limit: 'number',
-      window: 'number',
-      cost: 'number',
-      burst: 'number',
+      ...ALGORITHM_ARGS,
       refund: 'flag',
       start: 'number',
     },
@@ -61,11 +57,7 @@ export function encodeRefund(
     settlements.map(({ hit, refund, receipt }) => ({
       key: hit.key,
       pendingKey: keysBeside(hit.key).pendingKey,
-      alg: hit.algorithm,
-      limit: hit.limit,
-      window: hit.windowMs,
-      cost: hit.cost,
-      burst: hit.burst,
+      ...algorithmArgs(hit),
       refund,
       start: receipt.windowStart ?? -1,
     })),

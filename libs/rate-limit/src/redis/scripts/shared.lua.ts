@@ -4,7 +4,7 @@ import { GCRA_LUA } from '../../algorithms/gcra/gcra.lua.js';
 import { SLIDING_LOG_LUA } from '../../algorithms/sliding-log/sliding-log.lua.js';
 import { SLIDING_WINDOW_LUA } from '../../algorithms/sliding-window/sliding-window.lua.js';
 import { TOKEN_BUCKET_LUA } from '../../algorithms/token-bucket/token-bucket.lua.js';
-import { GRACE_MS } from '../../store/rate-limit-store.js';
+import { GRACE_MS, type RateLimitHit } from '../../store/rate-limit-store.js';
 
 /**
  * Helpers the consume and refund scripts share, then the Lua of the algorithms a script serves, as
@@ -23,6 +23,23 @@ import { GRACE_MS } from '../../store/rate-limit-store.js';
  * `pendingMember` is the member a `countOn` admission leaves in its rule's pending key: the consume
  * script adds it and the refund script removes it, so both build it here.
  */
+/**
+ * A rule's arguments that every algorithm's Lua reads (as `p.limit`, `p.window`, …): the first
+ * args of each rule in the scripts that run algorithms (consume, refund), in this order.
+ */
+export const ALGORITHM_ARGS = {
+  alg: 'string',
+  limit: 'number',
+  window: 'number',
+  cost: 'number',
+  burst: 'number',
+} as const;
+
+/** A hit's values for `ALGORITHM_ARGS`. */
+export function algorithmArgs(hit: RateLimitHit) {
+  return { alg: hit.algorithm, limit: hit.limit, window: hit.windowMs, cost: hit.cost, burst: hit.burst };
+}
+
 /** Lua: `redisTimeMs()`, Redis's clock in whole ms (`TIME`), as every script that needs it reads it. */
 export const REDIS_TIME_LUA = `
 local function redisTimeMs()
