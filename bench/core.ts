@@ -8,6 +8,8 @@
  *   on one hot key and on 10,000 distinct keys;
  * - attack: one hot key over its limit (5 a minute), so nearly every decision is a refusal;
  * - three rules on one decision (one round trip for ours, one per rule for the peer);
+ * - a hot global key: one counter for every decision, where one Redis key is the ceiling, without
+ *   and with leases (`lease`: each instance takes a batch of units at once);
  * - Redis memory per fixed-window key, and Redis CPU per decision for each of our algorithms;
  * - the embedded store (no Redis): decisions/s on a hot key and on 100,000 keys, and its memory
  *   under a flood of distinct keys.
@@ -112,6 +114,7 @@ async function main(): Promise<void> {
   const { store, limiter, close } = await createStore({ redis: server.url });
   const rule = { name: 'bench', count: HUGE, window: '1m' } as const;
   const attackRule = { name: 'attack', count: 5, window: '1m' } as const;
+  const globalRule = { name: 'global', count: HUGE, window: '1m', by: 'global' } as const;
   const threeRules = [
     rule,
     { name: 'bench2', count: HUGE, window: '1h' },
@@ -138,8 +141,22 @@ async function main(): Promise<void> {
     'ours: 3 rules': (key) => limiter.consume(threeRules, String(key)),
   };
 
+  const hot: Record<string, Decide> = {
+    'one-EVALSHA floor': () => client.evalsha(floorSha, 1, 'floor:{global}', 60_000),
+    'rate-limiter-flexible': () => settled(flexible.consume('global')),
+    'ours: no lease': () => limiter.consume(globalRule, 'any'),
+  };
+  // Rules given as options are validated once per object: one object each.
+  for (const [name, lease] of [
+    ['ours: lease 100', 100],
+    ['ours: lease 1,000', 1_000],
+  ] as const) {
+    const leased = { ...globalRule, name: `global${lease}`, lease };
+    hot[name] = () => limiter.consume(leased, 'any');
+  }
+
   try {
-    for (const contenders of [admitting, attack, three]) {
+    for (const contenders of [admitting, attack, three, hot]) {
       for (const decide of Object.values(contenders)) {
         for (let i = 0; i < WARM_UP; i += 16) await Promise.all(Array.from({ length: 16 }, (_, j) => decide(i + j)));
       }
@@ -179,6 +196,7 @@ async function main(): Promise<void> {
         }
       }
       console.log(rows.join('\n'), '\n');
+      return { names, cells, results };
     };
 
     const grid = [
@@ -194,6 +212,24 @@ async function main(): Promise<void> {
       { keys: 10_000, keysName: '10k keys', inFlight: 16 },
       { keys: 10_000, keysName: '10k keys', inFlight: 128 },
     ]);
+
+    const hotCells = [16, 128].map((inFlight) => ({ keys: 1, keysName: 'hot', inFlight }));
+    const hotRun = await run('Hot global key: one counter for every decision', hot, hotCells);
+    // One key lives on one shard, whose one core is the ceiling of every decision that asks it.
+    const ceilings = [
+      '### Hot global key: the rate at which it would take all of one Redis core (1 s / Redis µs per decision)',
+      '',
+      '| contender | in flight | Redis-bound ceiling, decisions/s |',
+      '|---|---|---|',
+    ];
+    for (const cell of hotCells) {
+      for (const name of hotRun.names) {
+        const r = median(hotRun.results.get(`${name}|${cell.keysName}|${cell.inFlight}`)!);
+        const ceiling = r.redisUs > 0 ? Math.round(1e6 / r.redisUs).toLocaleString('en') : 'unbounded';
+        ceilings.push(`| ${name} | ${cell.inFlight} | ${ceiling} |`);
+      }
+    }
+    console.log(ceilings.join('\n'), '\n');
 
     // Redis memory per fixed-window key, from used_memory over 10,000 fresh keys.
     const perKey = async (write: (key: number) => Promise<unknown>): Promise<number> => {

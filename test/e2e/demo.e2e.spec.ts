@@ -80,6 +80,13 @@ describeStores('the demo app’s documented endpoints', (store) => {
     expect(await statuses(app, '/orders', 11)).toEqual([...repeat(200, 10), 429]);
   });
 
+  it('GET /hot: a global budget leased 5 at a time, exact on one instance', async () => {
+    await start();
+    const first = await request(app.getHttpServer()).get('/hot').expect(200);
+    expect(first.headers['ratelimit-remaining']).toBe('19');
+    expect(await statuses(app, '/hot', 20)).toEqual([...repeat(200, 19), 429]);
+  });
+
   it('GET /health: exempt', async () => {
     await start();
     expect(await statuses(app, '/health', 30)).toEqual(repeat(200, 30));

@@ -1,47 +1,15 @@
-import type { Redis } from 'ioredis';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { type RateLimitHit, type RateLimitModuleOptions, type RateLimiterService, rateLimitKey } from 'nest-rate-limit';
 import { until } from '../support/poll.js';
-import { type RedisServer, startRedisServer } from '../support/redis-server.js';
-import { createStore } from '../support/store-module.js';
+import { scriptCalls, sharedRedisSuite } from '../support/shared-redis.js';
 import { uniquePrefix } from '../support/test-app.js';
 
-/** Calls of the library's scripts that reached Redis since the last `resetStats`. */
-async function scriptCalls(redis: Redis): Promise<number> {
-  const info = await redis.info('commandstats');
-  const calls = (name: string) => Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(info)?.[1] ?? 0);
-  return calls('evalsha') + calls('eval');
-}
-
 describe('the block cache: keys Redis refused are refused here until the reset it reported', () => {
-  let server: RedisServer;
-  let redis: Redis;
-  const closers: (() => Promise<void>)[] = [];
-
-  beforeAll(async () => {
-    server = await startRedisServer();
-    redis = server.client();
-  });
-
-  afterEach(async () => {
-    await Promise.all(closers.splice(0).map((close) => close()));
-  });
-
-  afterAll(async () => {
-    await server?.stop();
-  });
-
-  async function built(count: number, options: RateLimitModuleOptions = {}) {
-    const keyPrefix = options.keyPrefix ?? uniquePrefix();
-    const stores = await Promise.all(
-      Array.from({ length: count }, () => createStore({ redis: server.url, keyPrefix, ...options })),
-    );
-    closers.push(...stores.map(({ close }) => close));
-    return { keyPrefix, stores };
-  }
+  const suite = sharedRedisSuite();
+  const built = (count: number, options: RateLimitModuleOptions = {}) => suite.instances(count, options);
 
   async function instances(count: number, options: RateLimitModuleOptions = {}): Promise<RateLimiterService[]> {
-    return (await built(count, options)).stores.map(({ limiter }) => limiter);
+    return (await built(count, options)).limiters;
   }
 
   async function admitted(limiter: RateLimiterService, rule: Parameters<RateLimiterService['consume']>[0], n: number) {
@@ -54,12 +22,12 @@ describe('the block cache: keys Redis refused are refused here until the reset i
 
   /** A fixed window's start on Redis's clock, as the store names it: its end less the window (1 min). */
   async function windowStart(key: string): Promise<number> {
-    return Number(await redis.call('PEXPIRETIME', key)) - 60_000;
+    return Number(await suite.redis.call('PEXPIRETIME', key)) - 60_000;
   }
 
   it('answers an attack on one key with one Redis call per instance once the window is full, exactly', async () => {
     const [a, b] = await instances(2);
-    await redis.config('RESETSTAT');
+    await suite.redis.config('RESETSTAT');
     let total = 0;
     for (let i = 0; i < 500; i += 1) {
       if ((await a.consume(RULE, 'mallory')).allowed) total += 1;
@@ -67,7 +35,7 @@ describe('the block cache: keys Redis refused are refused here until the reset i
     }
     expect(total).toBe(5);
     // Five admissions, then each instance asks once more, learns the block and asks no more.
-    expect(await scriptCalls(redis)).toBe(7);
+    expect(await scriptCalls(suite.redis)).toBe(7);
     const refused = await a.consume(RULE, 'mallory');
     expect(refused.allowed).toBe(false);
     expect(refused.reported).toMatchObject({ remaining: 0, limit: 5 });
@@ -77,9 +45,9 @@ describe('the block cache: keys Redis refused are refused here until the reset i
 
   it('asks Redis every time without it (blockCache: false)', async () => {
     const [a] = await instances(1, { blockCache: false });
-    await redis.config('RESETSTAT');
+    await suite.redis.config('RESETSTAT');
     expect(await admitted(a, RULE, 50)).toBe(5);
-    expect(await scriptCalls(redis)).toBe(50);
+    expect(await scriptCalls(suite.redis)).toBe(50);
   });
 
   it('lifts the block on every instance when one resets the key', async () => {
@@ -118,7 +86,7 @@ describe('the block cache: keys Redis refused are refused here until the reset i
     await stores[0].store.refund([
       { hit, receipt: { admittedAt: 0, nonce: 'refund', windowStart: await windowStart(key) } },
     ]);
-    expect(await redis.get(key)).toBe('0');
+    expect(await suite.redis.get(key)).toBe('0');
     await until(async () => (await b.consume(rule, 'mallory')).allowed, {
       timeoutMs: 2_000,
       intervalMs: 5,
@@ -148,10 +116,10 @@ describe('the block cache: keys Redis refused are refused here until the reset i
     const rule = { name: 'upload', count: 1, window: '1m', countOn: 'success' } as const;
     const first = await a.consume(rule, 'mallory');
     expect(first.allowed).toBe(true);
-    await redis.config('RESETSTAT');
+    await suite.redis.config('RESETSTAT');
     expect((await a.consume(rule, 'mallory')).allowed).toBe(false);
     expect((await a.consume(rule, 'mallory')).allowed).toBe(false);
-    expect(await scriptCalls(redis)).toBe(2);
+    expect(await scriptCalls(suite.redis)).toBe(2);
     await a.settle(first, false);
     expect((await a.consume(rule, 'mallory')).allowed).toBe(true);
   });
@@ -162,7 +130,7 @@ describe('the block cache: keys Redis refused are refused here until the reset i
     const rule = { name: 'short', count: 1, window: 300 } as const;
     expect(await admitted(a, rule, 3)).toBe(1);
     const key = rateLimitKey(keyPrefix, 'short', 'mallory', 'fixed-window');
-    await until(async () => (await redis.exists(key)) === 0, {
+    await until(async () => (await suite.redis.exists(key)) === 0, {
       timeoutMs: 2_000,
       intervalMs: 5,
       what: `${key} expiring`,

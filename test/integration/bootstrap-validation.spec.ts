@@ -57,6 +57,19 @@ describe('bad rule options fail at bootstrap, naming Controller.method and the f
     expect(error.message).toContain(`@RateLimit on BadController.handler: '${field}'`);
   });
 
+  it.each([
+    [{ lease: 1 }, 'must be a whole number of at least 2, got 1'],
+    [{ lease: 2.5 }, 'must be a whole number of at least 2, got 2.5'],
+    [{ lease: '10' }, 'must be a whole number of at least 2, got "10"'],
+    [{ lease: 6 }, 'is more than the rule admits in a window (5), got 6'],
+    [{ lease: 2, algorithm: 'gcra' }, "applies only to the 'fixed-window' algorithm, got 2"],
+    [{ lease: 2, blockFor: '1m' }, "cannot be combined with 'blockFor', got 2"],
+    [{ lease: 2, countOn: 'failure' }, "cannot be combined with 'countOn', got 2"],
+  ])('rejects a lease that cannot work: %j', async (options, problem) => {
+    const error = await bootstrapError(controllerWith({ count: 5, window: '1s', by: 'global', ...options }));
+    expect(error.message).toBe(`@RateLimit on BadController.handler: 'lease' ${problem}`);
+  });
+
   it('names a class rule by its controller and lists every problem at once', async () => {
     @Controller('bad-class')
     @RateLimit({ count: 0, window: '1s' })

@@ -159,10 +159,10 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
    */
   private async decide(prepared: readonly PreparedRule[], gone: () => boolean): Promise<RateLimitOutcome> {
     const hits = prepared.map((p) => p.hit);
-    const policies = prepared.map((p) => p.rule.onStoreError);
+    const rules = prepared.map((p) => p.rule);
     const waitUntil = performance.now() + this.options.countOn.inFlightWaitMs;
     for (let attempt = 0; ; attempt += 1) {
-      const consumption = await this.store.consume(hits, policies, this.now());
+      const consumption = await this.store.consume(hits, rules, this.now());
       const inFlight = consumption.storeError ? undefined : keysInFlight(prepared, consumption);
       const left = waitUntil - performance.now();
       // Backs off from 10 ms to 160 ms between asks, for admissions other instances settle unseen.

@@ -37,3 +37,6 @@ export const REPLICA_WAIT_DEFAULTS = { replicas: 1, timeoutMs: 50 } as const;
 
 /** Rejection log lines: rule-and-identity keys the sampler tracks at once. */
 export const REJECTION_LOG_MAX_KEYS = 10_000;
+
+/** Leases (`lease` rules): keys whose units an instance holds at once; one evicted loses its units. */
+export const LEASE_MAX_KEYS = 10_000;

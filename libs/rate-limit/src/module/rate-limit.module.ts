@@ -24,6 +24,7 @@ import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 import { MemoryRateLimitStore } from '../store/memory-rate-limit.store.js';
 import { RateLimitStore } from '../store/rate-limit-store.js';
 import { resolveModuleOptions } from './resolve-options.js';
+import { LEASE_MAX_KEYS } from './defaults.js';
 
 const resolvedOptionsProvider: Provider = {
   provide: RESOLVED_RATE_LIMIT_OPTIONS,
@@ -71,12 +72,14 @@ const resilientStoreProvider: Provider = {
   useFactory: (
     store: RateLimitStore,
     problems: StoreProblemLog,
-    { storeErrors, memoryStore, blockCache }: ResolvedRateLimitOptions,
+    { storeErrors, memoryStore, blockCache, clock }: ResolvedRateLimitOptions,
   ) =>
     new ResilientStore(store, problems, {
       policy: storeErrors.policy,
       localFallback: { ...storeErrors.localFallback, maxKeys: memoryStore.maxKeys },
       blockCache,
+      leaseKeys: LEASE_MAX_KEYS,
+      clock,
     }),
 };
 

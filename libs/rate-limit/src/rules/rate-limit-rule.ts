@@ -50,6 +50,15 @@ export interface RateLimitOptions {
   countOn?: RateLimitCountOn;
   /** What this rule decides when the store fails; default: the module's `storeErrors.policy`. */
   onStoreError?: RateLimitStoreErrorPolicy;
+  /**
+   * For a counter hotter than one Redis key can serve (a `'global'` rule at tens of thousands of
+   * requests per second): each instance takes this many units of the window from Redis at once and
+   * admits from them without asking again, so Redis sees one call per `lease` requests. Never more
+   * than `count` are admitted in a window across instances; up to `lease` units per instance may go
+   * unused when a window ends. Fixed-window rules without `blockFor` or `countOn` only; the embedded
+   * store (no Redis) counts exactly and ignores it. Default: none (every request asks Redis).
+   */
+  lease?: number;
 }
 
 export type RateLimitCountOn = 'all' | 'success' | 'failure';
@@ -73,6 +82,8 @@ export interface RateLimitRule {
   readonly countOn: RateLimitCountOn;
   /** `undefined`: the module's policy. */
   readonly onStoreError: RateLimitStoreErrorPolicy | undefined;
+  /** Units an instance takes from a shared store at once; 0: none, every request asks. */
+  readonly lease: number;
 }
 
 /** Thrown at bootstrap for a rule that cannot work; the message names the route and the field. */
@@ -158,6 +169,19 @@ export function validateRule(
   if (onStoreError !== undefined && !STORE_ERROR_POLICIES.includes(onStoreError)) {
     fail('onStoreError', `must be one of ${STORE_ERROR_POLICIES.join(', ')}`, onStoreError);
   }
+  let lease = 0;
+  if (options.lease !== undefined) {
+    lease = options.lease;
+    if (typeof lease !== 'number' || parseCount(lease) === undefined || lease < 2) {
+      fail('lease', 'must be a whole number of at least 2', options.lease);
+    }
+    if (lease > count!) fail('lease', `is more than the rule admits in a window (${count})`, lease);
+    if (algorithm !== 'fixed-window') fail('lease', "applies only to the 'fixed-window' algorithm", lease);
+    // A penalty is set by the refusal that ends a window in Redis, which a lease never asks for.
+    if (blockMs > 0) fail('lease', "cannot be combined with 'blockFor'", lease);
+    // A refund would have to reach the instance that holds the unit: it is simply not leased.
+    if (countOn !== 'all') fail('lease', "cannot be combined with 'countOn'", lease);
+  }
   return {
     name: name!,
     declaredOn,
@@ -171,6 +195,7 @@ export function validateRule(
     blockMs,
     countOn,
     onStoreError,
+    lease,
   };
 }
 

@@ -65,7 +65,7 @@ export class LostWriteCheck {
       if (start === undefined || !seen || seen.start !== start || seen.limit !== hit.limit) return decision;
       const figure = seen.used + (consumption.allowed ? hit.cost : 0);
       const lost = figure - committedUnits(hit, consumption, i);
-      if (lost < Math.max(2, Math.ceil(hit.limit * 0.05))) return decision;
+      if (lost < lossWorthRepairing(hit)) return decision;
       this.problems.report(
         `lost:${hit.key}`,
         `Redis lost writes of ${hit.key} (a failover?); counting on the higher figure`,
@@ -116,6 +116,10 @@ export class LostWriteCheck {
       const start = starts[i];
       if (start === undefined) return;
       const used = committedUnits(hit, consumption, i);
+      // A loss is at most the figure seen: one below what is worth repairing needs no memory, and
+      // most keys' counts stay there (a key per client, far from its limit). Their entries would
+      // only churn the cache, and evict the keys near their limit, which matter.
+      if (used < lossWorthRepairing(hit)) return;
       const seen = this.seen.get(hit.key);
       // A fixed window's count never falls: keep the highest figure seen in the same window. (The
       // local fallback keeps its own figures, by a window's end on this instance's clock: it serves
@@ -124,6 +128,14 @@ export class LostWriteCheck {
       else this.seen.set(hit.key, { start, used, limit: hit.limit });
     });
   }
+}
+
+/**
+ * The least loss the check repairs: smaller differences are other instances' refunds (Cluster slot
+ * groups lower a count by a few units).
+ */
+function lossWorthRepairing(hit: RateLimitHit): number {
+  return Math.max(2, Math.ceil(hit.limit * 0.05));
 }
 
 function checked(hit: RateLimitHit): boolean {
