@@ -1,5 +1,10 @@
 import { LRUCache } from 'lru-cache';
-import type { RateLimitConsumption, RateLimitDecision, RateLimitHit } from '../store/rate-limit-store.js';
+import {
+  type RateLimitConsumption,
+  type RateLimitDecision,
+  type RateLimitHit,
+  unaskedDecision,
+} from '../store/rate-limit-store.js';
 
 /** A key the store refused with nothing left, until the time it said a hit would be admitted. */
 interface Block {
@@ -47,10 +52,7 @@ export class BlockedKeys {
       refused[i] = { allowed: false, limit: hit.limit, remaining: 0, resetMs: Math.ceil(block.until - now) };
     });
     if (!refused) return undefined;
-    const decisions = hits.map(
-      (hit, i): RateLimitDecision =>
-        refused![i] ?? { allowed: true, limit: hit.limit, remaining: hit.limit, resetMs: hit.windowMs },
-    );
+    const decisions = hits.map((hit, i): RateLimitDecision => refused![i] ?? unaskedDecision(hit));
     return { allowed: false, decisions, receipts: undefined };
   }
 

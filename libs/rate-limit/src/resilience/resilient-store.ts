@@ -1,11 +1,12 @@
 import { type StoreProblemLog, describeError } from '../logging/store-problem-log.js';
-import type {
-  RateLimitConsumption,
-  RateLimitDecision,
-  RateLimitHit,
-  RateLimitReceipt,
-  RateLimitSettlement,
-  RateLimitStore,
+import {
+  type RateLimitConsumption,
+  type RateLimitDecision,
+  type RateLimitHit,
+  type RateLimitReceipt,
+  type RateLimitSettlement,
+  type RateLimitStore,
+  unaskedDecision,
 } from '../store/rate-limit-store.js';
 import { BlockedKeys } from './blocked-keys.js';
 import { type Lease, LeasedUnits, type PendingGrant } from './leased-units.js';
@@ -176,7 +177,7 @@ export class ResilientStore {
         giveBack();
         // As the block cache answers: the rules not asked read as admitting with their full limit.
         hits.forEach((hit, i) => {
-          decisions[i] ??= { allowed: true, limit: hit.limit, remaining: hit.limit, resetMs: hit.windowMs };
+          decisions[i] ??= unaskedDecision(hit);
         });
         return { allowed: false, decisions, receipts: undefined };
       }
@@ -298,7 +299,7 @@ export class ResilientStore {
       const refused = policies[i] === 'deny' || (policies[i] === 'local' && !allowed);
       return refused
         ? { allowed: policies[i] !== 'deny' && allowed, limit: hit.limit, remaining: 0, resetMs: STORE_ERROR_RETRY_MS }
-        : { allowed: true, limit: hit.limit, remaining: hit.limit, resetMs: hit.windowMs };
+        : unaskedDecision(hit);
     });
     return { allowed, decisions, receipts: undefined, storeError: policyOf(policies) };
   }

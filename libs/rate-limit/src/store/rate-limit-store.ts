@@ -72,6 +72,14 @@ export function remainingAfter(decision: RateLimitDecision, requestAllowed: bool
   return !requestAllowed && decision.allowed ? decision.remaining + cost : decision.remaining;
 }
 
+/**
+ * The decision of a rule that was not asked, because another rule decided its request without the
+ * store (a block, a lease, the `'allow'` policy): it reads as admitting, with its full limit.
+ */
+export function unaskedDecision(hit: RateLimitHit): RateLimitDecision {
+  return { allowed: true, limit: hit.limit, remaining: hit.limit, resetMs: hit.windowMs };
+}
+
 /** Units in a hit's counter after its request: nothing of a refused request was counted. */
 export function committedUnits(hit: RateLimitHit, consumption: RateLimitConsumption, index: number): number {
   return hit.limit - remainingAfter(consumption.decisions[index], consumption.allowed, hit.cost);
