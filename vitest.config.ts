@@ -11,6 +11,7 @@ export default defineConfig({
     benchmark: { include: ['bench/**/*.bench.ts'] },
     // Each file starts its own redis-server processes; forks keep them apart and kill them with the file.
     pool: 'forks',
+    globalSetup: ['./test/support/build.global.ts'],
     reporters: ['default', './test/support/plain-summary.reporter.ts'],
     testTimeout: 30_000,
     hookTimeout: 30_000,

@@ -22,6 +22,7 @@
  *   npm run bench:core          (QUICK=1 for one round of fewer calls)
  */
 import { Redis } from 'ioredis';
+import { Registry } from 'prom-client';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from 'nest-rate-limit';
 import { startRedisServer } from '../test/support/redis-server.js';
@@ -112,6 +113,8 @@ async function main(): Promise<void> {
   const flexibleAttackBlock = rlf(5, true, 'rlfb');
   const flexibleThree = [rlf(HUGE, false, 'rlf1'), rlf(HUGE, false, 'rlf2'), rlf(HUGE, false, 'rlf3')];
   const { store, limiter, close } = await createStore({ redis: server.url });
+  // The same with Prometheus metrics on, in a registry of its own: their cost per decision.
+  const metered = await createStore({ redis: server.url, metrics: { registry: new Registry() } });
   const rule = { name: 'bench', count: HUGE, window: '1m' } as const;
   const attackRule = { name: 'attack', count: 5, window: '1m' } as const;
   const globalRule = { name: 'global', count: HUGE, window: '1m', by: 'global' } as const;
@@ -126,12 +129,14 @@ async function main(): Promise<void> {
     'rate-limiter-flexible': (key) => settled(flexible.consume(String(key))),
     'ours: store call': (key) => store.consume([hit(`rl:{${key}}:bench:fw`, { limit: HUGE, windowMs: 60_000 })]),
     'ours: RateLimiterService.consume': (key) => limiter.consume(rule, String(key)),
+    'ours: consume, metrics on': (key) => metered.limiter.consume(rule, String(key)),
   };
   const attack: Record<string, Decide> = {
     'one-EVALSHA floor': () => client.evalsha(floorSha, 1, 'floor:{attack}', 60_000),
     'rate-limiter-flexible': () => settled(flexibleAttack.consume('attack')),
     'rate-limiter-flexible, in-memory block': () => settled(flexibleAttackBlock.consume('attack')),
     'ours: RateLimiterService.consume': () => limiter.consume(attackRule, 'attack'),
+    'ours: consume, metrics on': () => metered.limiter.consume(attackRule, 'attack'),
   };
   const three: Record<string, Decide> = {
     'one-EVALSHA floor': (key) => client.evalsha(floorSha, 1, `floor:{${key}}`, 60_000),
@@ -273,6 +278,7 @@ async function main(): Promise<void> {
     console.log(algorithmRows.join('\n'), '\n');
   } finally {
     await close();
+    await metered.close();
     client.disconnect();
     await server.stop();
   }

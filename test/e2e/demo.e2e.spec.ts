@@ -87,9 +87,48 @@ describeStores('the demo app’s documented endpoints', (store) => {
     expect(await statuses(app, '/hot', 20)).toEqual([...repeat(200, 19), 429]);
   });
 
-  it('GET /health: exempt', async () => {
+  it('GET /health: exempt, and reports the limiter (terminus)', async () => {
     await start();
     expect(await statuses(app, '/health', 30)).toEqual(repeat(200, 30));
+    const { body } = await request(app.getHttpServer()).get('/health').expect(200);
+    expect(body).toMatchObject({
+      status: 'ok',
+      info: { rate_limit: store.name === 'Redis' ? { status: 'up', redis: 'up' } : { status: 'up', store: 'memory' } },
+    });
+  });
+
+  it('GET /metrics: the limiter’s decisions by rule and outcome', async () => {
+    await start();
+    await statuses(app, '/ip', 6);
+    const metrics = await request(app.getHttpServer()).get('/metrics').expect(200);
+    expect(metrics.headers['content-type']).toMatch(/^text\/plain/);
+    expect(metrics.text).toContain('rate_limit_decisions_total{rule="LimitsController.byIp",outcome="allowed"} 5');
+    expect(metrics.text).toContain('rate_limit_decisions_total{rule="LimitsController.byIp",outcome="rejected"} 1');
+  });
+
+  it('GET /shadow: shadow mode, never a 429', async () => {
+    await start();
+    expect(await statuses(app, '/shadow', 6)).toEqual(repeat(200, 6));
+  });
+
+  it('the admin endpoints: off without ADMIN_TOKEN; with it, a limit changed live, and refusals as 400', async () => {
+    await start();
+    await request(app.getHttpServer()).get('/admin/limits').expect(404);
+    await app.close();
+    await start({ ADMIN_TOKEN: 'demo-token', RATE_LIMIT_PREFIX: uniquePrefix() });
+    const admin = (method: 'get' | 'patch' | 'delete', path: string) =>
+      request(app.getHttpServer())[method](path).set('authorization', 'Bearer demo-token');
+    await request(app.getHttpServer()).get('/admin/limits').set('authorization', 'Bearer wrong').expect(401);
+    const set = await admin('patch', '/admin/limits/demo.config').send({ count: 2 }).expect(200);
+    expect(set.body).toMatchObject({ written: { count: 2 }, rules: [{ inForce: { count: 2 } }] });
+    expect(await statuses(app, '/config', 3)).toEqual([200, 200, 429]);
+    const refused = await admin('patch', '/admin/limits/demo.config').send({ window: 'soon' }).expect(400);
+    expect(refused.body.message[0]).toMatch(/'window' must be a positive duration/);
+    const counter = await admin('get', '/admin/counters/LimitsController.fromConfig/anyone').expect(200);
+    expect(counter.body).toMatchObject({ identity: 'global', used: 2, remaining: 0 });
+    await admin('delete', '/admin/counters/LimitsController.fromConfig/anyone').expect(200);
+    await admin('delete', '/admin/limits/demo.config').expect(200);
+    expect(await statuses(app, '/config', 1)).toEqual([200]);
   });
 
   it.each([

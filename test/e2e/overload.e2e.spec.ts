@@ -1,11 +1,9 @@
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { Agent, request } from 'node:http';
 import { setPriority } from 'node:os';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RedisServer, freePort, startRedisServer } from '../support/redis-server.js';
+import { type DemoProcess, startDemoProcess } from '../support/demo-process.js';
+import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { uniquePrefix } from '../support/test-app.js';
 import { type Answer, burst } from '../support/traffic.js';
 
@@ -18,7 +16,6 @@ import { type Answer, burst } from '../support/traffic.js';
  * Redis alone: exactly the limit admitted, the rest refused, and no fallback decision logged.
  */
 
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const PRELOAD = new URL('../support/event-loop-staller.mjs', import.meta.url).href;
 const INSTANCES = 3;
 const BURSTS_PER_ROUTE = 100;
@@ -34,57 +31,13 @@ const STALL_MS = 250;
  */
 const STALL_GAP_MS = 50;
 
-interface DemoProcess {
-  readonly url: string;
-  /** Everything it wrote to stdout and stderr so far. */
-  output(): string;
-  /** SIGTERM, then waits for the exit; SIGKILL if it has not exited 10 s later. */
-  stop(): Promise<void>;
-}
-
-/**
- * The built demo with the staller preloaded, on a free loopback port; resolves once it listens.
- * The process goes into `started` at once, so that it is stopped even if it never listens.
- */
-async function startStalledDemo(env: Record<string, string>, started: DemoProcess[]): Promise<void> {
-  const port = await freePort();
-  const child: ChildProcess = spawn(process.execPath, ['--import', PRELOAD, 'dist/apps/demo/src/main.js'], {
-    cwd: ROOT,
-    env: {
-      ...process.env,
-      ...env,
-      PORT: String(port),
-      NO_COLOR: '1',
-      EVENT_LOOP_STALL_MS: String(STALL_MS),
-      EVENT_LOOP_STALL_GAP_MS: String(STALL_GAP_MS),
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  started.push({
-    url: `http://127.0.0.1:${port}`,
-    output: () => output,
-    async stop() {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      process.kill(child.pid!, 'SIGTERM');
-      const kill = setTimeout(() => child.kill('SIGKILL'), 10_000);
-      await exited;
-      clearTimeout(kill);
-    },
-  });
-  await new Promise<void>((resolve, reject) => {
-    const onData = () => {
-      if (output.includes('Demo listening')) {
-        child.stdout!.off('data', onData);
-        resolve();
-      }
-    };
-    child.stdout!.on('data', onData);
-    void exited.then(() => reject(new Error(`demo exited with ${child.exitCode} before listening:\n${output}`)));
-  });
+/** The built demo with the staller preloaded, on a free loopback port. */
+function startStalledDemo(env: Record<string, string>, started: DemoProcess[]): Promise<DemoProcess> {
+  return startDemoProcess(
+    { ...env, EVENT_LOOP_STALL_MS: String(STALL_MS), EVENT_LOOP_STALL_GAP_MS: String(STALL_GAP_MS) },
+    started,
+    ['--import', PRELOAD],
+  );
 }
 
 /** One GET through the shared keep-alive agent; resolves once the body is read. */
@@ -175,7 +128,6 @@ describe('three instances with stalled event loops on one idle Redis', () => {
   const agent = new Agent({ keepAlive: true, maxSockets: BURST_SIZE });
 
   beforeAll(async () => {
-    await promisify(execFile)('npm', ['run', 'build'], { cwd: ROOT });
     server = await startRedisServer();
     // What is asserted holds while Redis answers. On a machine whose cores other work keeps busy,
     // the test's Redis gets the CPU first (as root; elsewhere it keeps its priority): the app

@@ -1,4 +1,15 @@
-import { Controller, Get, type INestApplication, Injectable } from '@nestjs/common';
+import { EventEmitter, once } from 'node:events';
+import { type FSWatcher, mkdtempSync, readFileSync, rmSync, watch, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  Controller,
+  Get,
+  type INestApplication,
+  Injectable,
+  type OnApplicationBootstrap,
+  type OnApplicationShutdown,
+} from '@nestjs/common';
 import { ConfigService } from '@nestjs/config';
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -70,16 +81,20 @@ describe('thresholds from the config centre', () => {
     expect(await statuses(app, '/tuned/b', 2)).toEqual([200, 429]);
   });
 
-  it('falls back to the decorator value on an invalid value, warning once per key', async () => {
+  it('falls back to the decorator field by field on invalid values, warning once per key and values', async () => {
     config.set('limits.tuned.c.count', 'lots');
     config.set('limits.tuned.c.window', '5 parsecs');
     expect(await statuses(app, '/tuned/c', 5)).toEqual([200, 200, 429, 429, 429]);
     const warnings = logs.at('warn', /tuned\.c/);
-    expect(warnings).toHaveLength(2);
+    expect(warnings).toHaveLength(1);
     expect(warnings[0]).toMatch(
-      /'count' = "lots" for 'tuned.c' is invalid; using count 2 per 60000 ms from @RateLimit on TunedController.c/,
+      /of 'tuned.c': 'count' must be a positive whole number, got "lots"; 'window' must be a positive duration.*, got "5 parsecs"; those fields are the decorator's on TunedController.c/,
     );
-    expect(warnings[1]).toMatch(/'window' = "5 parsecs"/);
+    // A valid field still applies beside an invalid one.
+    config.set('limits.tuned.c.count', 5);
+    const answer = await request(app.getHttpServer()).get('/tuned/c');
+    expect(answer.headers['ratelimit-limit']).toBe('5');
+    expect(answer.headers['ratelimit-reset']).toBe('60');
   });
 });
 
@@ -107,5 +122,67 @@ describe('a custom config centre', () => {
     const first = await request(app.getHttpServer()).get('/tuned/a').expect(200);
     expect(first.headers['ratelimit-reset']).toBe('3600');
     await request(app.getHttpServer()).get('/tuned/a').expect(429);
+  });
+});
+
+/**
+ * The documented example of a provider that pushes changes (docs/options.md, "Config centre"):
+ * limits in a JSON file, re-read when the file changes, held in memory between changes, and
+ * started and stopped with the app. A Nacos or Apollo client's change listener takes the place
+ * of the file watcher.
+ */
+@Injectable()
+class JsonFileConfigCentre extends RateLimitConfigCentre implements OnApplicationBootstrap, OnApplicationShutdown {
+  static path = '';
+  private values: Record<string, RateLimitOverride> = {};
+  private watcher: FSWatcher | undefined;
+  readonly loaded = new EventEmitter();
+
+  get(configKey: string): RateLimitOverride | undefined {
+    return this.values[configKey];
+  }
+
+  onApplicationBootstrap(): void {
+    this.load();
+    this.watcher = watch(JsonFileConfigCentre.path, () => this.load());
+  }
+
+  onApplicationShutdown(): void {
+    this.watcher?.close();
+  }
+
+  private load(): void {
+    try {
+      // A new object per key: the limiter checks a rule against each object once.
+      this.values = JSON.parse(readFileSync(JsonFileConfigCentre.path, 'utf8')) as Record<string, RateLimitOverride>;
+      this.loaded.emit('loaded');
+    } catch {
+      // Half-written: keep the last values; the write's next event reloads.
+    }
+  }
+}
+
+describe('a config centre that pushes changes (a JSON file watched)', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rl-file-centre-'));
+  let app: INestApplication;
+
+  beforeAll(async () => {
+    JsonFileConfigCentre.path = join(dir, 'limits.json');
+    writeFileSync(JsonFileConfigCentre.path, JSON.stringify({ 'tuned.a': { count: 1 } }));
+    app = await createTestApp({ controllers: [TunedController], rateLimit: { configCentre: JsonFileConfigCentre } });
+  });
+
+  afterAll(async () => {
+    await app?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('is started with the app, and its pushed change applies to the next request', async () => {
+    expect(await statuses(app, '/tuned/a', 2)).toEqual([200, 429]);
+    const centre = app.get(RateLimitConfigCentre) as JsonFileConfigCentre;
+    const loaded = once(centre.loaded, 'loaded');
+    writeFileSync(JsonFileConfigCentre.path, JSON.stringify({ 'tuned.a': { count: 3 } }));
+    await loaded;
+    expect(await statuses(app, '/tuned/a', 3)).toEqual([200, 200, 429]);
   });
 });

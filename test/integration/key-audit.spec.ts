@@ -42,9 +42,11 @@ describe('auditing keys without a TTL', () => {
       await plantFixedWindow(redis, `${prefix}:{b}:r:fw`, { start: 1, count: 9 });
       await redis.set(`${prefix}:{c}:old`, '42');
       await redis.set(`other:{d}:x`, '1');
+      // The live limits (RedisConfigCentre) are kept without a TTL by design: no finding.
+      await redis.hset(`${prefix}:config`, 'orders.list', '{"count":5}');
 
       const report = await service.auditKeys();
-      expect(report.scanned).toBe(3);
+      expect(report.scanned).toBe(4);
       expect(report.withoutTtl.sort()).toEqual([`${prefix}:{b}:r:fw`, `${prefix}:{c}:old`]);
       expect(report.repaired).toBe(0);
       expect(await redis.pttl(`${prefix}:{b}:r:fw`)).toBe(-1);
@@ -54,6 +56,7 @@ describe('auditing keys without a TTL', () => {
       expect(await redis.pttl(`${prefix}:{c}:old`)).toBeGreaterThan(3_500_000);
       expect(await redis.pttl('other:{d}:x')).toBe(-1);
       expect((await service.auditKeys()).withoutTtl).toEqual([]);
+      expect(await redis.pttl(`${prefix}:config`)).toBe(-1);
     } finally {
       await close();
     }

@@ -203,6 +203,6 @@ describe('bootstrap failures', () => {
     const app = moduleRef.createNestApplication({ logger: logs });
     await app.init();
     await app.close();
-    expect(logs.at('warn', /2 controllers are named TwinController/)).toHaveLength(1);
+    expect(logs.at('warn', /2 classes are named TwinController/)).toHaveLength(1);
   });
 });

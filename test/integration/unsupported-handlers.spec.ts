@@ -16,7 +16,7 @@ import {
 import { statuses } from '../support/traffic.js';
 
 const NOT_SUPPORTED =
-  'only HTTP routes of controllers are limited; GraphQL, WebSocket and microservice handlers are not supported yet';
+  'only HTTP routes of controllers, GraphQL queries and mutations of resolvers, and @SubscribeMessage handlers of WebSocket gateways are limited';
 
 /**
  * Nest connects gateways before any `onModuleInit`, and without an adapter it loads
@@ -64,34 +64,37 @@ async function bootstrapError(parts: AppParts): Promise<RateLimitConfigurationEr
   throw new Error('bootstrap succeeded');
 }
 
-describe('@RateLimit on a provider stops app.init(): gateways and resolvers are providers', () => {
-  it('on a @SubscribeMessage handler of a @WebSocketGateway', async () => {
+describe('@RateLimit on a provider other than a controller, resolver or gateway stops app.init()', () => {
+  it('on a method of a @WebSocketGateway that is no @SubscribeMessage handler', async () => {
     @WebSocketGateway()
     class ChatGateway {
       @SubscribeMessage('chat')
       @RateLimit(5, '1s')
       onChat() {}
+
+      @RateLimit(5, '1s')
+      helper() {}
     }
     const error = await bootstrapError({ providers: [ChatGateway] });
     expect(error.problems).toEqual([
-      `@RateLimit on ChatGateway.onChat: ChatGateway is a provider, not a controller (WebSocket gateways and GraphQL resolvers are providers), and ${NOT_SUPPORTED}; remove it, or put it on the HTTP route that leads here`,
+      `@RateLimit on ChatGateway.helper: it is not a handler (no @SubscribeMessage), so nothing reaches it through the guard; put @RateLimit on the handler instead`,
     ]);
   });
 
-  it('on a @WebSocketGateway class', async () => {
+  it("with 'countOn' on a @SubscribeMessage handler: a message has no response to settle against", async () => {
     @WebSocketGateway()
-    @RateLimit(5, '1s')
     class PresenceGateway {
       @SubscribeMessage('here')
+      @RateLimit({ count: 5, window: '1s', countOn: 'failure' })
       onHere() {}
     }
     const error = await bootstrapError({ providers: [PresenceGateway] });
     expect(error.message).toBe(
-      `@RateLimit on PresenceGateway: PresenceGateway is a provider, not a controller (WebSocket gateways and GraphQL resolvers are providers), and ${NOT_SUPPORTED}; remove it, or put it on the HTTP route that leads here`,
+      `@RateLimit on PresenceGateway.onHere: 'countOn' applies to HTTP routes only, and PresenceGateway.onHere is a gateway handler; remove it`,
     );
   });
 
-  it('on a method of a GraphQL-resolver-like @Injectable (a stand-in: @nestjs/graphql is not installed)', async () => {
+  it('on a method of an @Injectable that is no @Resolver', async () => {
     @Injectable()
     class OrdersResolver {
       @RateLimit({ count: 10, window: '1m' })
@@ -100,7 +103,9 @@ describe('@RateLimit on a provider stops app.init(): gateways and resolvers are 
       }
     }
     const error = await bootstrapError({ providers: [OrdersResolver] });
-    expect(error.message).toContain(`@RateLimit on OrdersResolver.orders: OrdersResolver is a provider`);
+    expect(error.message).toBe(
+      `@RateLimit on OrdersResolver.orders: OrdersResolver is a provider, not a controller, resolver or gateway, and ${NOT_SUPPORTED}; remove it, or put it on the handler that leads here`,
+    );
   });
 
   it('on a class made by a factory or given as a value: its instance is what carries the metadata', async () => {
@@ -189,7 +194,7 @@ describe('@RateLimit on a microservice handler of a controller stops app.init()'
     }
     const error = await bootstrapError({ controllers: [EventsController] });
     expect(error.message).toBe(
-      `@RateLimit on EventsController applies to EventsController.onSeen, a microservice handler (@MessagePattern or @EventPattern), and ${NOT_SUPPORTED}; remove @RateLimit from EventsController, which has no HTTP route`,
+      `@RateLimit on EventsController applies to EventsController.onSeen, a microservice handler (@MessagePattern or @EventPattern), and ${NOT_SUPPORTED}; remove @RateLimit from EventsController, which has no handler the guard limits`,
     );
   });
 
@@ -227,7 +232,7 @@ describe('@RateLimit on a controller method that is no route stops app.init()', 
     }
     const error = await bootstrapError({ controllers: [HelperController] });
     expect(error.message).toBe(
-      '@RateLimit on HelperController.load: it is not a route handler (no @Get, @Post or other route decorator), so no request reaches it through the guard; put @RateLimit on the route instead',
+      '@RateLimit on HelperController.load: it is not a handler (no @Get, @Post or another route decorator), so nothing reaches it through the guard; put @RateLimit on the handler instead',
     );
   });
 
@@ -253,7 +258,7 @@ it('reports every unsupported handler and every bad value in one error', async (
   @WebSocketGateway()
   class ChatGateway {
     @SubscribeMessage('chat')
-    @RateLimit(5, '1s')
+    @RateLimit({ count: 5, window: '1s', countOn: 'success' })
     onChat() {}
   }
   @Controller('all')
@@ -291,7 +296,7 @@ describe('RateLimitGuard, should a limited non-HTTP handler reach it anyway', ()
     unlimited() {}
   }
 
-  it.each(['rpc', 'ws'] as const)('refuses a %s context that has rules, naming the handler', async (type) => {
+  it.each(['rpc'] as const)('refuses a %s context that has rules, naming the handler', async (type) => {
     await createApp({});
     const guard = app!.get(RateLimitGuard);
     const context = new ExecutionContextHost([{}, {}], UnseenHandlers, UnseenHandlers.prototype.limited);

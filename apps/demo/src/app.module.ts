@@ -1,6 +1,15 @@
 import { Module } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
-import { RateLimitModule, type RateLimitStoreErrorPolicy, redisOptionsFromEnv } from 'nest-rate-limit';
+import { TerminusModule } from '@nestjs/terminus';
+import {
+  MemoryConfigCentre,
+  RateLimitModule,
+  type RateLimitMode,
+  type RateLimitStoreErrorPolicy,
+  RedisConfigCentre,
+  redisOptionsFromEnv,
+} from 'nest-rate-limit';
+import { AdminController } from './admin.controller.js';
 import { AlgorithmsController } from './algorithms.controller.js';
 import { FeaturesController } from './features.controller.js';
 import { HealthController } from './health.controller.js';
@@ -11,20 +20,31 @@ import { OrdersController } from './orders.controller.js';
 @Module({
   imports: [
     ConfigModule.forRoot({ isGlobal: true }),
+    TerminusModule,
     RateLimitModule.forRootAsync({
       inject: [ConfigService],
-      useFactory: (config: ConfigService) => ({
+      useFactory: (config: ConfigService) => {
         // REDIS_URL, REDIS_SENTINELS (+ REDIS_SENTINEL_NAME) or REDIS_CLUSTER_NODES; with none,
         // the embedded in-process store, so the demo runs with nothing installed.
-        redis: redisOptionsFromEnv({
+        const redis = redisOptionsFromEnv({
           REDIS_URL: config.get<string>('REDIS_URL'),
           REDIS_SENTINELS: config.get<string>('REDIS_SENTINELS'),
           REDIS_SENTINEL_NAME: config.get<string>('REDIS_SENTINEL_NAME'),
           REDIS_CLUSTER_NODES: config.get<string>('REDIS_CLUSTER_NODES'),
-        }),
-        keyPrefix: config.get<string>('RATE_LIMIT_PREFIX') || undefined,
-        storeErrors: { policy: config.get<RateLimitStoreErrorPolicy>('RATE_LIMIT_ON_STORE_ERROR') || undefined },
-      }),
+        });
+        return {
+          redis,
+          // Limits changed live (the admin endpoints, the CLI) over .env's: shared by every instance
+          // through Redis, or held in this process without it.
+          configCentre: redis ? RedisConfigCentre : MemoryConfigCentre,
+          keyPrefix: config.get<string>('RATE_LIMIT_PREFIX') || undefined,
+          storeErrors: { policy: config.get<RateLimitStoreErrorPolicy>('RATE_LIMIT_ON_STORE_ERROR') || undefined },
+          // RATE_LIMIT_MODE=shadow tries every rule without rejecting anything.
+          mode: config.get<RateLimitMode>('RATE_LIMIT_MODE') || undefined,
+          // Served at GET /metrics, from prom-client's default registry.
+          metrics: true,
+        };
+      },
     }),
   ],
   controllers: [
@@ -34,6 +54,7 @@ import { OrdersController } from './orders.controller.js';
     FeaturesController,
     JobsController,
     HealthController,
+    AdminController,
   ],
 })
 export class AppModule {}

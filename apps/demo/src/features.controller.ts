@@ -43,6 +43,17 @@ export class FeaturesController {
     return { leased: 5, limit: '20 per 10 s for everyone' };
   }
 
+  /**
+   * A limit being tried before it is enforced: 3 per 10 s per client, in shadow mode. Nothing is
+   * ever rejected; would-be rejections are logged by sampling. Enforce it live with
+   * `PATCH /admin/limits/demo.shadow {"mode":"enforce"}` (or `npm run limits -- set demo.shadow mode=enforce`).
+   */
+  @Get('shadow')
+  @RateLimit({ count: 3, window: '10s', configKey: 'demo.shadow', mode: 'shadow' })
+  shadow() {
+    return { mode: 'shadow unless demo.shadow says otherwise' };
+  }
+
   /** 10 MB per minute per client; a request costs its `?mb=` size. */
   @Get('upload')
   @RateLimit({ count: 10, window: '1m', cost: uploadSizeMb })

@@ -1,11 +1,28 @@
-import { Controller, Get } from '@nestjs/common';
-import { SkipRateLimit } from 'nest-rate-limit';
+import { Controller, Get, Header } from '@nestjs/common';
+import { HealthCheck, HealthCheckService } from '@nestjs/terminus';
+import { RateLimitHealthIndicator, SkipRateLimit } from 'nest-rate-limit';
+import { register } from 'prom-client';
 
-@Controller('health')
+/** What a load balancer and Prometheus scrape; never rate-limited. */
+@Controller()
+@SkipRateLimit()
 export class HealthController {
-  @Get()
-  @SkipRateLimit()
+  constructor(
+    private readonly health: HealthCheckService,
+    private readonly rateLimit: RateLimitHealthIndicator,
+  ) {}
+
+  /** 200 while the limiter's Redis answers (and on the embedded store); 503 when it does not. */
+  @Get('health')
+  @HealthCheck()
   check() {
-    return { status: 'ok' };
+    return this.health.check([() => this.rateLimit.isHealthy()]);
+  }
+
+  /** The limiter's metrics (`metrics: true`: prom-client's default registry), with the process's. */
+  @Get('metrics')
+  @Header('Content-Type', register.contentType)
+  metrics() {
+    return register.metrics();
   }
 }

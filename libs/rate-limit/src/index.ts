@@ -26,6 +26,7 @@ export type {
   RateLimitIdentityResolver,
   RateLimitCost,
   RateLimitCountOn,
+  RateLimitMode,
 } from './rules/rate-limit-rule.js';
 export { RateLimitConfigurationError } from './rules/rate-limit-rule.js';
 export type { Duration } from './rules/duration.js';
@@ -35,6 +36,11 @@ export { ALGORITHM_NAMES, type RateLimitAlgorithmName } from './algorithms/algor
 export { RateLimitGuard } from './http/rate-limit.guard.js';
 export { RateLimitInterceptor } from './http/rate-limit.interceptor.js';
 export { RateLimitException, type RateLimitExceptionBody } from './http/rate-limit.exception.js';
+export {
+  RateLimitGraphQLError,
+  type RateLimitGraphQLExtensions,
+  type RateLimitWsError,
+} from './transports/rate-limit-rejections.js';
 
 // Deciding, in HTTP and outside it.
 export { RateLimiterService, type RateLimitRuleRef } from './limiter/rate-limiter.service.js';
@@ -43,6 +49,19 @@ export type { RateLimitOutcome, RuleDecision, ConditionalUnits } from './limiter
 // Thresholds at run time.
 export { RateLimitConfigCentre, type RateLimitOverride } from './config-centre/rate-limit-config-centre.js';
 export { NestConfigCentre } from './config-centre/nest-config-centre.js';
+export { LiveConfigCentre } from './config-centre/live-config-centre.js';
+export { MemoryConfigCentre } from './config-centre/memory-config-centre.js';
+export { RedisConfigCentre, type LiveConfigState } from './config-centre/redis-config-centre.js';
+
+// Operating it: changing and watching limits while the app runs.
+export {
+  RateLimitManagementService,
+  type RateLimitLimitEntry,
+  type RateLimitRuleLimits,
+} from './management/rate-limit-management.service.js';
+export type { RateLimitInspection } from './limiter/rate-limit-inspection.js';
+export { RateLimitHealthIndicator, type RateLimitHealth } from './health/rate-limit-health.indicator.js';
+export type { RateLimitDecisionOutcome } from './metrics/decision-observer.js';
 
 // Stores: the contract, the in-process store, the key layout.
 export {
@@ -53,6 +72,7 @@ export {
   type RateLimitReceipt,
   type RateLimitRefund,
   type RateLimitSettlement,
+  type RateLimitStanding,
   type LiftedKeysWatcher,
 } from './store/rate-limit-store.js';
 export { MemoryRateLimitStore } from './store/memory-rate-limit.store.js';

@@ -1,4 +1,5 @@
 import { Cluster, type Redis } from 'ioredis';
+import { liveConfigKeys } from '../store/key-layout.js';
 
 export interface KeyAuditOptions {
   /** The library's key prefix; only keys under `prefix:` are read. */
@@ -7,13 +8,17 @@ export interface KeyAuditOptions {
   repairTtlMs?: number;
   /** Keys asked for per SCAN call. Default 1,000. */
   scanCount?: number;
+  /** Keys listed in `withoutTtl` at most (all are counted). Default: all. */
+  maxListed?: number;
 }
 
 export interface KeyAuditReport {
   /** Keys under the prefix, over every master. */
   scanned: number;
-  /** Keys that had no TTL: the permanent-ban symptom. */
+  /** Keys that had no TTL: the permanent-ban symptom (at most `maxListed` of them). */
   withoutTtl: string[];
+  /** How many keys had no TTL. */
+  withoutTtlCount: number;
   /** How many of them were given `repairTtlMs`. */
   repaired: number;
 }
@@ -25,7 +30,10 @@ export interface KeyAuditReport {
  */
 export async function auditRateLimitKeys(client: Redis | Cluster, options: KeyAuditOptions): Promise<KeyAuditReport> {
   const nodes = client instanceof Cluster ? client.nodes('master') : [client];
-  const report: KeyAuditReport = { scanned: 0, withoutTtl: [], repaired: 0 };
+  const report: KeyAuditReport = { scanned: 0, withoutTtl: [], withoutTtlCount: 0, repaired: 0 };
+  const maxListed = options.maxListed ?? Infinity;
+  // The live limits (`RedisConfigCentre`) are kept until deleted, by design.
+  const permanent = liveConfigKeys(options.keyPrefix).hash;
   for (const node of nodes) {
     let cursor = '0';
     do {
@@ -41,8 +49,9 @@ export async function auditRateLimitKeys(client: Redis | Cluster, options: KeyAu
       if (keys.length === 0) continue;
       const ttls = await Promise.all(keys.map((key) => node.pttl(key)));
       for (const [i, key] of keys.entries()) {
-        if (ttls[i] !== -1) continue;
-        report.withoutTtl.push(key);
+        if (ttls[i] !== -1 || key === permanent) continue;
+        report.withoutTtlCount += 1;
+        if (report.withoutTtl.length < maxListed) report.withoutTtl.push(key);
         // NX: a key that got a TTL meanwhile keeps it.
         if (options.repairTtlMs !== undefined && (await node.pexpire(key, options.repairTtlMs, 'NX')) === 1) {
           report.repaired += 1;

@@ -12,6 +12,8 @@ import { RateLimitConfigCentre, type RateLimitOverride } from './rate-limit-conf
 @Injectable()
 export class NestConfigCentre extends RateLimitConfigCentre {
   private readonly paths = new Map<string, readonly [string, string, string, string]>();
+  /** The last values returned per key: the same object while they stand, so they are validated once. */
+  private readonly last = new Map<string, RateLimitOverride>();
 
   constructor(private readonly config: ConfigService) {
     super();
@@ -21,7 +23,12 @@ export class NestConfigCentre extends RateLimitConfigCentre {
     const [countPath, windowPath, countEnv, windowEnv] = this.pathsFor(configKey);
     const count = this.config.get<unknown>(countPath) ?? this.config.get<unknown>(countEnv);
     const window = this.config.get<unknown>(windowPath) ?? this.config.get<unknown>(windowEnv);
-    return count === undefined && window === undefined ? undefined : { count, window };
+    if (count === undefined && window === undefined) return undefined;
+    const last = this.last.get(configKey);
+    if (last && last.count === count && last.window === window) return last;
+    const override = { count, window };
+    this.last.set(configKey, override);
+    return override;
   }
 
   private pathsFor(configKey: string): readonly [string, string, string, string] {

@@ -31,7 +31,7 @@ export function rateLimitHeaders(outcome: RateLimitOutcome, style: RateLimitHead
     );
   } else if (style === 'draft-11') {
     // Rule names are letters, digits and `. _ $ -`: valid sf-strings as they are.
-    const decided = outcome.decisions.filter((decision) => !decision.fallback);
+    const decided = outcome.decisions.filter((decision) => !decision.fallback && decision.mode !== 'shadow');
     headers.push(
       [
         'RateLimit-Policy',

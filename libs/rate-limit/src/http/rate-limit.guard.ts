@@ -14,7 +14,9 @@ import { RateLimitException } from './rate-limit.exception.js';
 import { RateLimiterService } from '../limiter/rate-limiter.service.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
 import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
-import { ONLY_HTTP_ROUTES, RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
+import { SUPPORTED_HANDLERS, RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
+import { RateLimitGraphQLError, wsRejection } from '../transports/rate-limit-rejections.js';
+import { invocationOf, transportOf } from '../transports/limited-context.js';
 
 /**
  * Decides each request before pipes and the handler run: rules from `@RateLimit` metadata (compiled
@@ -43,21 +45,30 @@ export class RateLimitGuard implements CanActivate {
   async canActivate(context: ExecutionContext): Promise<boolean> {
     const rules = this.registry.rulesFor(context.getClass(), context.getHandler());
     if (rules.length === 0) return true;
+    const transport = transportOf(context);
     // Bootstrap refuses rules on such handlers; should one get past it, it must not pass unlimited.
-    if (context.getType() !== 'http') {
+    if (!transport) {
       const handler = `${context.getClass().name}.${context.getHandler().name}`;
       throw new RateLimitConfigurationError(
-        `@RateLimit on ${handler}: it runs in a '${context.getType()}' context, and ${ONLY_HTTP_ROUTES}`,
+        `@RateLimit on ${handler}: it runs in a '${context.getType()}' context, and ${SUPPORTED_HANDLERS}`,
       );
     }
-    const http = context.switchToHttp();
-    const request = http.getRequest<object>();
-    const earlier = outcomeOf(request);
+    const invocation = invocationOf(context);
+    const earlier = outcomeOf(invocation);
     if (earlier) return earlier.allowed;
 
     const outcome = await this.limiter.check(rules, context);
-    attachOutcome(request, outcome);
-    const response = http.getResponse<object>();
+    attachOutcome(invocation, outcome);
+    if (transport === 'http') return this.answerHttp(outcome, context);
+    if (outcome.allowed) return true;
+    const rejected = outcome.reported!;
+    if (transport === 'ws') throw await wsRejection(retryAfterSeconds(rejected), rejected.rule.name);
+    this.setRetryAfter(context, rejected);
+    throw withoutStack(() => this.createException(rejected, context));
+  }
+
+  private answerHttp(outcome: RateLimitOutcome, context: ExecutionContext): boolean {
+    const response = context.switchToHttp().getResponse<object>();
     const { reported } = outcome;
     // None is reported when the fallback admitted on every rule (Redis out), and a refusal the
     // fallback decided has no figures worth sending: only when to retry.
@@ -87,6 +98,16 @@ export class RateLimitGuard implements CanActivate {
     throw withoutStack(() => this.createException(rejected, context));
   }
 
+  /** A GraphQL operation over HTTP: its response says when to retry, as a 429 would. */
+  private setRetryAfter(context: ExecutionContext, rejected: RuleDecision): void {
+    const gql = context.getArgByIndex<{ res?: object; reply?: object; req?: { res?: object } } | undefined>(2);
+    // Express hangs the response on its request, which is what the drivers' default context holds.
+    const response = gql?.res ?? gql?.reply ?? gql?.req?.res;
+    if (response) {
+      this.adapterHost.httpAdapter.setHeader(response, 'Retry-After', String(retryAfterSeconds(rejected)));
+    }
+  }
+
   /**
    * Refunds `countOn` units once the response ends, however it ends: a later guard that refuses
    * the request, a handler that throws, a timeout, a broken stream, a client that goes away.
@@ -111,9 +132,16 @@ export class RateLimitGuard implements CanActivate {
     raw.once('close', () => settle(false));
   }
 
-  /** The error thrown for a rejected request, made without a stack trace. Its headers are already on the response. */
-  protected createException(rejected: RuleDecision, _context: ExecutionContext): Error {
-    return new RateLimitException(retryAfterSeconds(rejected), rejected.rule.name);
+  /**
+   * The error thrown for a rejected request, made without a stack trace: a `RateLimitException`
+   * (429; its headers are already on the response) for HTTP, a `RateLimitGraphQLError` (extensions
+   * `{ code: 'RATE_LIMITED', retryAfter, rule }`) for GraphQL. A WebSocket message gets a
+   * `WsException` whose body is a `RateLimitWsError`, made elsewhere (it needs `@nestjs/websockets`).
+   */
+  protected createException(rejected: RuleDecision, context: ExecutionContext): Error {
+    const retryAfter = retryAfterSeconds(rejected);
+    if (context.getType<string>() === 'graphql') return new RateLimitGraphQLError(retryAfter, rejected.rule.name);
+    return new RateLimitException(retryAfter, rejected.rule.name);
   }
 }
 

@@ -1,10 +1,12 @@
 import { type ExecutionContext, HttpException, InternalServerErrorException, Logger } from '@nestjs/common';
 import type { RateLimitConfigCentre } from '../config-centre/rate-limit-config-centre.js';
 import { RuleThresholds, type Thresholds } from '../config-centre/rule-thresholds.js';
-import type { RateLimitRule } from '../rules/rate-limit-rule.js';
+import { ALGORITHM_NAMES } from '../algorithms/algorithm.js';
+import type { RateLimitMode, RateLimitRule } from '../rules/rate-limit-rule.js';
 import { ANONYMOUS_IDENTITY, rateLimitKey } from '../store/key-layout.js';
 import type { RateLimitHit } from '../store/rate-limit-store.js';
 import { clientAddressIdentity } from './client-address.js';
+import { clientOf } from '../transports/limited-context.js';
 
 /** nginx's status for a client that closed the connection first; nobody receives it, logs show it. */
 const CLIENT_CLOSED = 499;
@@ -31,8 +33,9 @@ export class HitPreparation {
     configCentre: RateLimitConfigCentre,
     private readonly keyPrefix: string,
     private readonly ipv6PrefixBits: number,
+    moduleMode: RateLimitMode,
   ) {
-    this.thresholds = new RuleThresholds(configCentre);
+    this.thresholds = new RuleThresholds(configCentre, moduleMode);
   }
 
   /**
@@ -49,18 +52,23 @@ export class HitPreparation {
     );
   }
 
+  /** Whether the rule is `'off'` now (its mode, its config key's, or the module's). */
+  isOff(rule: RateLimitRule): boolean {
+    return this.thresholds.resolve(rule).mode === 'off';
+  }
+
   /** Outside HTTP: the identity and cost as the caller gives them (see `identityOf`). */
   forIdentity(rule: RateLimitRule, identity: string, cost: number): PreparedRule {
     return this.prepared(rule, this.identityOf(rule, identity), cost);
   }
 
-  /** The state key of a rule for an identity, as `forIdentity` counts it. */
-  keyOf(rule: RateLimitRule, identity: string): string {
-    return this.stateKey(rule, this.identityOf(rule, identity));
-  }
-
-  private stateKey(rule: RateLimitRule, identity: string | null): string {
-    return rateLimitKey(this.keyPrefix, rule.name, identity, rule.algorithm);
+  /**
+   * The state keys of a rule for an identity, as `forIdentity` counts it: under every algorithm,
+   * since a config centre may switch the rule's (and back), and a reset must leave none behind.
+   */
+  keysOf(rule: RateLimitRule, identity: string): string[] {
+    const counted = this.identityOf(rule, identity);
+    return ALGORITHM_NAMES.map((algorithm) => rateLimitKey(this.keyPrefix, rule.name, counted, algorithm));
   }
 
   /**
@@ -79,24 +87,24 @@ export class HitPreparation {
       identity: identity ?? ANONYMOUS_IDENTITY,
       thresholds,
       hit: {
-        key: this.stateKey(rule, identity),
+        // The algorithm is part of the key: one a config centre switches to starts afresh, and
+        // never reads another's state.
+        key: rateLimitKey(this.keyPrefix, rule.name, identity, thresholds.algorithm),
         conditional: rule.countOn !== 'all',
-        algorithm: rule.algorithm,
+        algorithm: thresholds.algorithm,
         limit: thresholds.count,
         windowMs: thresholds.windowMs,
         cost,
-        burst: rule.burst ?? thresholds.count,
+        burst: thresholds.burst,
         blockMs: rule.blockMs,
       },
     };
   }
 
+  /** The client's address: of the HTTP request (a GraphQL operation's too), or of a WebSocket client. */
   private clientAddress(rule: RateLimitRule, context: ExecutionContext): string {
-    const request = context
-      .switchToHttp()
-      .getRequest<{ ip?: string; socket?: { remoteAddress?: string; destroyed?: boolean } }>();
-    const address = request.ip ?? request.socket?.remoteAddress;
-    if (!address) throw this.noClientAddress(rule, request.socket?.destroyed ?? true);
+    const { address, gone } = clientOf(context);
+    if (!address) throw this.noClientAddress(rule, gone);
     return clientAddressIdentity(address, this.ipv6PrefixBits);
   }
 
@@ -132,7 +140,8 @@ export class HitPreparation {
    * error, which Nest logs with its stack for every request: a client resetting its connections
    * must not write a line each. A closed connection (the client went away before the decision) is
    * refused quietly, uncounted, and its handler never runs. An open one without an address is a
-   * server listening where sockets have none (a Unix socket without `trust proxy`): said once.
+   * server listening where sockets have none (a Unix socket without `trust proxy`), or a GraphQL
+   * context built without its request: said once.
    */
   private noClientAddress(rule: RateLimitRule, closed: boolean): HttpException {
     if (closed) return new HttpException('The connection closed before the request was decided', CLIENT_CLOSED);

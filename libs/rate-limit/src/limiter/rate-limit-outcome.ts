@@ -1,4 +1,4 @@
-import type { RateLimitRule } from '../rules/rate-limit-rule.js';
+import type { RateLimitMode, RateLimitRule } from '../rules/rate-limit-rule.js';
 import type { RateLimitStoreErrorPolicy } from '../resilience/store-error-policy.js';
 import type { RateLimitDecision, RateLimitRefund } from '../store/rate-limit-store.js';
 
@@ -15,6 +15,11 @@ export interface RuleDecision extends RateLimitDecision {
    * `'deny'`; `RateLimitOutcome.storeError` says which): such decisions send no `RateLimit-*` headers.
    */
   fallback: boolean;
+  /**
+   * The rule's mode for this request. A `'shadow'` decision never refuses the request: one with
+   * `allowed: false` is a would-be rejection. Shadowed rules send no headers.
+   */
+  mode: RateLimitMode;
 }
 
 /** What the limiter decided for a request. */
@@ -47,7 +52,7 @@ export function rateLimitOutcome(
 ): RateLimitOutcome {
   let reported: RuleDecision | undefined;
   for (const decision of decisions) {
-    if (decision.fallback && allowed) continue;
+    if ((decision.fallback && allowed) || decision.mode === 'shadow') continue;
     if (!allowed) {
       if (!decision.allowed && (!reported || decision.resetMs > reported.resetMs)) reported = decision;
     } else if (!reported || tighter(decision, reported)) {

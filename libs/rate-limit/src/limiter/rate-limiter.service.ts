@@ -5,7 +5,9 @@ import {
   Logger,
   type OnApplicationBootstrap,
   type OnApplicationShutdown,
+  Optional,
 } from '@nestjs/common';
+import { type DecisionObserver, RATE_LIMIT_METRICS } from '../metrics/decision-observer.js';
 import { RateLimitConfigCentre } from '../config-centre/rate-limit-config-centre.js';
 import { SampledLogger } from '../logging/sampled-logger.js';
 import { StoreProblemLog, describeError } from '../logging/store-problem-log.js';
@@ -19,7 +21,10 @@ import {
   type RateLimitRule,
   validateRule,
 } from '../rules/rate-limit-rule.js';
+import { type RateLimitReceipt, capacityOf } from '../store/rate-limit-store.js';
+import type { RateLimitInspection } from './rate-limit-inspection.js';
 import { InFlightWaits } from './in-flight-waits.js';
+import { clientOf } from '../transports/limited-context.js';
 import { HitPreparation, type PreparedRule } from './prepare-hits.js';
 import {
   type ConditionalUnits,
@@ -58,8 +63,9 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     private readonly problems: StoreProblemLog,
     private readonly registry: RateLimitRuleRegistry,
     configCentre: RateLimitConfigCentre,
+    @Optional() @Inject(RATE_LIMIT_METRICS) private readonly metrics: DecisionObserver | null = null,
   ) {
-    this.hits = new HitPreparation(configCentre, options.keyPrefix, options.ipv6PrefixBits);
+    this.hits = new HitPreparation(configCentre, options.keyPrefix, options.ipv6PrefixBits, options.mode);
     const { logging } = options;
     if (logging) {
       this.rejections = new SampledLogger(this.logger, {
@@ -83,7 +89,9 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
    * Decides one HTTP request against all its rules. Rejects (without counting anything) when an
    * identity or cost resolver throws, e.g. a `BadRequestException` for a missing API key.
    */
-  async check(rules: readonly RateLimitRule[], context: ExecutionContext): Promise<RateLimitOutcome> {
+  async check(all: readonly RateLimitRule[], context: ExecutionContext): Promise<RateLimitOutcome> {
+    // A rule turned off is not prepared either: its identity and cost resolvers do not run.
+    const rules = all.some((rule) => this.hits.isOff(rule)) ? all.filter((rule) => !this.hits.isOff(rule)) : all;
     const preparing = rules.map((rule) => this.hits.forRequest(rule, context));
     const prepared = preparing.some((p) => p instanceof Promise)
       ? await Promise.all(preparing)
@@ -115,7 +123,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       );
     }
     return this.decide(
-      resolved.map((rule) => this.hits.forIdentity(rule, identity, cost)),
+      resolved.filter((rule) => !this.hits.isOff(rule)).map((rule) => this.hits.forIdentity(rule, identity, cost)),
       () => false,
     );
   }
@@ -127,9 +135,34 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
    */
   async reset(rules: RateLimitRuleRef | readonly RateLimitRuleRef[], identity: string): Promise<void> {
     checkIdentity(identity, 'reset');
-    const keys = this.rulesOf(rules, 'reset').map((rule) => this.hits.keyOf(rule, identity));
+    const keys = this.rulesOf(rules, 'reset').flatMap((rule) => this.hits.keysOf(rule, identity));
     await this.store.reset(keys);
     this.inFlight.settled(keys);
+  }
+
+  /**
+   * An identity's counter under a rule, read without counting anything: units used and left, when
+   * the full limit is back, a penalty's time left; under the thresholds in force now. Rejects when
+   * the store fails or cannot inspect (a store of your own need not).
+   */
+  async inspect(rule: RateLimitRuleRef, identity: string): Promise<RateLimitInspection> {
+    checkIdentity(identity, 'inspect');
+    const [resolved] = this.rulesOf(rule, 'inspect');
+    const { hit, thresholds, identity: counted } = this.hits.forIdentity(resolved, identity, 0);
+    const [standing] = await this.store.inspect([hit], this.now());
+    return {
+      rule: resolved.name,
+      identity: counted,
+      key: hit.key,
+      algorithm: hit.algorithm,
+      limit: hit.limit,
+      windowMs: hit.windowMs,
+      mode: thresholds.mode,
+      used: Math.max(0, capacityOf(hit) - standing.remaining),
+      remaining: standing.remaining,
+      resetMs: standing.resetMs,
+      blockedMs: standing.blockedMs,
+    };
   }
 
   /**
@@ -154,15 +187,14 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   }
 
   /**
-   * One store call for all rules; asked again while the only refusals are `countOn` units in
-   * flight (they may yet be refunded), up to `countOn.inFlightWaitMs`.
+   * One store call for all rules (none of them `'off'`); asked again while the only refusals are
+   * `countOn` units in flight (they may yet be refunded), up to `countOn.inFlightWaitMs`.
    */
   private async decide(prepared: readonly PreparedRule[], gone: () => boolean): Promise<RateLimitOutcome> {
-    const hits = prepared.map((p) => p.hit);
-    const rules = prepared.map((p) => p.rule);
+    if (prepared.length === 0) return rateLimitOutcome([], true, []);
     const waitUntil = performance.now() + this.options.countOn.inFlightWaitMs;
     for (let attempt = 0; ; attempt += 1) {
-      const consumption = await this.store.consume(hits, rules, this.now());
+      const consumption = await this.consumeEnforced(prepared);
       const inFlight = consumption.storeError ? undefined : keysInFlight(prepared, consumption);
       const left = waitUntil - performance.now();
       // Backs off from 10 ms to 160 ms between asks, for admissions other instances settle unseen.
@@ -174,8 +206,53 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       ) {
         continue;
       }
-      return this.outcome(prepared, consumption);
+      const outcome = this.outcome(prepared, consumption);
+      this.metrics?.decided(outcome);
+      return outcome;
     }
+  }
+
+  /**
+   * One store call; and when only `'shadow'` rules refused, another without them, since they never
+   * refuse a request and a refused call counted nothing of the rules that admitted. So a shadowed
+   * rule's counter moves only with the request's admission, never in its stead. Decisions and
+   * receipts are those of `prepared`, in order; a shadowed rule that refused has its refusal and no
+   * receipt.
+   */
+  private async consumeEnforced(prepared: readonly PreparedRule[]): Promise<ResilientConsumption> {
+    const first = await this.consumeOf(prepared);
+    if (first.allowed || !prepared.some((p) => p.thresholds.mode === 'shadow')) return first;
+    const decisions = [...first.decisions];
+    const receipts: RateLimitReceipt[] = [];
+    let asked = prepared.map((_, i) => i);
+    let consumption = first;
+    while (!consumption.allowed) {
+      const refusing = asked.filter((_, j) => !consumption.decisions[j].allowed);
+      if (refusing.length === 0 || refusing.some((i) => prepared[i].thresholds.mode !== 'shadow')) break;
+      asked = asked.filter((i) => !refusing.includes(i));
+      if (asked.length === 0) {
+        consumption = { allowed: true, decisions: [], receipts: [] };
+        break;
+      }
+      consumption = await this.consumeOf(asked.map((i) => prepared[i]));
+      asked.forEach((i, j) => (decisions[i] = consumption.decisions[j]));
+    }
+    if (consumption.receipts) asked.forEach((i, j) => (receipts[i] = consumption.receipts![j]));
+    const merged: ResilientConsumption = {
+      allowed: consumption.allowed,
+      decisions,
+      receipts: consumption.allowed ? receipts : undefined,
+    };
+    if (consumption.storeError) merged.storeError = consumption.storeError;
+    return merged;
+  }
+
+  private consumeOf(prepared: readonly PreparedRule[]): Promise<ResilientConsumption> {
+    return this.store.consume(
+      prepared.map((p) => p.hit),
+      prepared.map((p) => p.rule),
+      this.now(),
+    );
   }
 
   private outcome(prepared: readonly PreparedRule[], consumption: ResilientConsumption): RateLimitOutcome {
@@ -193,27 +270,30 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         windowMs: thresholds.windowMs,
         cost: hit.cost,
         fallback,
+        mode: thresholds.mode,
       };
       if (provisional) decision.provisional = true;
       return decision;
     });
-    if (!consumption.allowed && !fallback && this.rejections) {
+    if (this.rejections && !fallback) {
       for (const [i, decision] of decisions.entries()) {
-        if (!decision.allowed) {
-          const { hit } = prepared[i];
-          this.rejections.record(
-            hit.key,
-            () =>
-              `Rejected by rule ${decision.rule.name} (${hit.limit} per ${hit.windowMs} ms, ${hit.algorithm}), key ${hit.key}`,
-          );
-        }
+        if (decision.allowed) continue;
+        const { hit } = prepared[i];
+        const shadow = decision.mode === 'shadow';
+        // Shadow lines are sampled apart, so trying a limit never hides an enforced one's lines.
+        this.rejections.record(
+          shadow ? `shadow:${hit.key}` : hit.key,
+          () =>
+            `${shadow ? 'Would reject (shadow mode)' : 'Rejected'} by rule ${decision.rule.name} (${hit.limit} per ${hit.windowMs} ms, ${hit.algorithm}), key ${hit.key}`,
+        );
       }
     }
     const conditional: ConditionalUnits[] = [];
     const { receipts } = consumption;
     if (receipts) {
       prepared.forEach(({ rule, hit }, i) => {
-        if (rule.countOn !== 'all') conditional.push({ countOn: rule.countOn, refund: { hit, receipt: receipts[i] } });
+        const receipt = receipts[i];
+        if (rule.countOn !== 'all' && receipt) conditional.push({ countOn: rule.countOn, refund: { hit, receipt } });
       });
     }
     return rateLimitOutcome(decisions, consumption.allowed, conditional, consumption.storeError);
@@ -259,8 +339,7 @@ function identityAsGiven(): string {
  * waiting, and is refused like any connection closed before the decision (its handler never runs).
  */
 function clientGone(context: ExecutionContext): boolean {
-  const request = context.switchToHttp().getRequest<{ socket?: { destroyed?: boolean } }>();
-  return request.socket?.destroyed === true;
+  return clientOf(context).gone;
 }
 
 /**
@@ -271,7 +350,8 @@ function keysInFlight(prepared: readonly PreparedRule[], consumption: ResilientC
   if (consumption.allowed) return undefined;
   const keys: string[] = [];
   for (const [i, decision] of consumption.decisions.entries()) {
-    if (decision.allowed) continue;
+    // A shadowed rule's refusal refuses nothing: only the enforced rules' say whether to wait.
+    if (decision.allowed || prepared[i].thresholds.mode === 'shadow') continue;
     if (!decision.provisional) return undefined;
     keys.push(prepared[i].hit.key);
   }

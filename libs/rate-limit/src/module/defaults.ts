@@ -28,9 +28,16 @@ export const RATE_LIMIT_DEFAULTS = {
   },
   countOn: { inFlightWaitMs: 5_000 },
   headers: 'draft-6',
+  mode: 'enforce',
+  liveConfig: { refreshMs: 5_000 },
+  metrics: false,
+  keyAudit: { intervalMs: 600_000 },
   logging: { intervalMs: 10_000, maxLinesPerSecond: 5, level: 'warn' },
   ipv6PrefixBits: 64,
 } as const satisfies Omit<ResolvedRateLimitOptions, 'clock'>;
+
+/** The prefix of every metric name, unless `metrics.prefix` says otherwise. */
+export const METRICS_PREFIX = 'rate_limit_';
 
 /** What `failover.waitForReplicas` waits for when it is given without them (it is off by default). */
 export const REPLICA_WAIT_DEFAULTS = { replicas: 1, timeoutMs: 50 } as const;

@@ -6,6 +6,7 @@ import type { SampledLogLevel } from '../logging/sampled-logger.js';
 import type { RateLimitCircuitBreakerOptions } from '../redis/redis-circuit-breaker.js';
 import type { RateLimitStoreErrorPolicy } from '../resilience/store-error-policy.js';
 import type { RateLimitStore } from '../store/rate-limit-store.js';
+import type { RateLimitMode } from '../rules/rate-limit-rule.js';
 
 /**
  * How to reach Redis:
@@ -117,6 +118,22 @@ export interface RateLimitModuleOptions {
   // Inputs.
   /** Where run-time thresholds come from. Default: `@nestjs/config`'s `ConfigService` (see `NestConfigCentre`). */
   configCentre?: Type<RateLimitConfigCentre> | RateLimitConfigCentre;
+  /**
+   * Prometheus metrics through `prom-client` (install it): `true` for its default registry (the
+   * one `@willsoto/nestjs-prometheus` serves), or `{ registry, prefix }` for the app's own
+   * registry and a name prefix other than `'rate_limit_'`. Default false: none, at no cost.
+   */
+  metrics?: boolean | { registry?: object; prefix?: string };
+  /** The key audit health checks and metrics report, in the background: every `intervalMs`. Default 600,000 (10 min). */
+  keyAudit?: { intervalMs?: number };
+  /** `RedisConfigCentre`: besides its pub/sub news, it reads every value again this often, in ms. Default 5,000. */
+  liveConfig?: { refreshMs?: number };
+  /**
+   * The mode of every rule that names none: `'enforce'` (default), `'shadow'` (count and decide,
+   * never reject: to try the limiter on real traffic first) or `'off'`. A rule's `mode` wins, and
+   * a config centre's `mode` for its `configKey` wins over both.
+   */
+  mode?: RateLimitMode;
   /** `by: 'ip'` counts IPv6 clients per prefix of this many bits. Default 64. */
   ipv6PrefixBits?: number;
   /**
@@ -161,6 +178,10 @@ export interface ResolvedRateLimitOptions {
   countOn: { inFlightWaitMs: number };
   headers: RateLimitHeaderStyle;
   logging: Required<RateLimitLoggingOptions> | false;
+  mode: RateLimitMode;
+  liveConfig: { refreshMs: number };
+  metrics: { registry: object | undefined; prefix: string } | false;
+  keyAudit: { intervalMs: number };
   ipv6PrefixBits: number;
   clock: (() => number) | undefined;
 }

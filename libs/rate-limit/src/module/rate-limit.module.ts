@@ -3,6 +3,15 @@ import { ConfigService } from '@nestjs/config';
 import { APP_GUARD, DiscoveryModule, ModuleRef } from '@nestjs/core';
 import { NestConfigCentre } from '../config-centre/nest-config-centre.js';
 import { RateLimitConfigCentre } from '../config-centre/rate-limit-config-centre.js';
+import { CREATED_CONFIG_CENTRES, ConfigCentreLifecycle } from '../config-centre/config-centre-lifecycle.js';
+import { RateLimitManagementService } from '../management/rate-limit-management.service.js';
+import { KeyAuditSchedule } from '../audit/key-audit-schedule.js';
+import { RedisConfigCentre } from '../config-centre/redis-config-centre.js';
+import { RateLimitHealthIndicator } from '../health/rate-limit-health.indicator.js';
+import { RATE_LIMIT_METRICS } from '../metrics/decision-observer.js';
+import { RateLimitMetrics } from '../metrics/rate-limit-metrics.js';
+import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
+import type { Registry } from 'prom-client';
 import { RateLimitGuard } from '../http/rate-limit.guard.js';
 import { RateLimitInterceptor } from '../http/rate-limit.interceptor.js';
 import { RATE_LIMIT_OPTIONS, RateLimitConfigurableModule } from './module-definition.js';
@@ -68,11 +77,12 @@ const storeProvider: Provider = {
 /** The store as the limiter uses it: `storeErrors` policies and the local fallback around it. */
 const resilientStoreProvider: Provider = {
   provide: ResilientStore,
-  inject: [RateLimitStore, StoreProblemLog, RESOLVED_RATE_LIMIT_OPTIONS],
+  inject: [RateLimitStore, StoreProblemLog, RESOLVED_RATE_LIMIT_OPTIONS, RATE_LIMIT_METRICS],
   useFactory: (
     store: RateLimitStore,
     problems: StoreProblemLog,
     { storeErrors, memoryStore, blockCache, clock }: ResolvedRateLimitOptions,
+    metrics: RateLimitMetrics | null,
   ) =>
     new ResilientStore(store, problems, {
       policy: storeErrors.policy,
@@ -80,20 +90,56 @@ const resilientStoreProvider: Provider = {
       blockCache,
       leaseKeys: LEASE_MAX_KEYS,
       clock,
+      observer: metrics ?? undefined,
     }),
+};
+
+/** Prometheus metrics when `metrics` asks for them; `prom-client` is loaded only then. */
+const metricsProvider: Provider = {
+  provide: RATE_LIMIT_METRICS,
+  inject: [RESOLVED_RATE_LIMIT_OPTIONS, RedisService, RateLimitConfigCentre, KeyAuditSchedule],
+  useFactory: async (
+    { metrics }: ResolvedRateLimitOptions,
+    redis: RedisService,
+    centre: RateLimitConfigCentre,
+    audit: KeyAuditSchedule,
+  ): Promise<RateLimitMetrics | null> => {
+    if (!metrics) return null;
+    let client: typeof import('prom-client');
+    try {
+      client = await import('prom-client');
+    } catch {
+      throw new RateLimitConfigurationError(
+        "RateLimitModule options: 'metrics' needs the package prom-client: npm install prom-client",
+      );
+    }
+    const registry = (metrics.registry as Registry | undefined) ?? client.register;
+    return new RateLimitMetrics(client, registry, metrics.prefix, {
+      circuitState: () => (redis.isConfigured ? redis.circuitState : undefined),
+      liveConfig: () => (centre instanceof RedisConfigCentre ? centre.state : undefined),
+      keysWithoutTtl: () => audit.keysWithoutTtl,
+    });
+  },
 };
 
 const configCentreProvider: Provider = {
   provide: RateLimitConfigCentre,
-  inject: [RATE_LIMIT_OPTIONS, ModuleRef, { token: ConfigService, optional: true }],
+  // RedisService too, though only a created centre uses it: so Nest starts the connection before
+  // the centre (lifecycle hooks run in the order of dependencies), and stops it after.
+  inject: [RATE_LIMIT_OPTIONS, ModuleRef, RedisService, { token: ConfigService, optional: true }],
   useFactory: async (
     options: RateLimitModuleOptions,
     moduleRef: ModuleRef,
+    _redis: RedisService,
     config: ConfigService | undefined,
   ): Promise<RateLimitConfigCentre> => {
     const { configCentre } = options;
     if (configCentre instanceof RateLimitConfigCentre) return configCentre;
-    if (typeof configCentre === 'function') return moduleRef.create(configCentre);
+    if (typeof configCentre === 'function') {
+      const created = await moduleRef.create(configCentre);
+      CREATED_CONFIG_CENTRES.add(created);
+      return created;
+    }
     if (!config) {
       new Logger('RateLimit').log('ConfigModule is not imported: thresholds are read from process.env only');
     }
@@ -114,8 +160,13 @@ const configCentreProvider: Provider = {
     storeProvider,
     resilientStoreProvider,
     configCentreProvider,
+    ConfigCentreLifecycle,
+    KeyAuditSchedule,
+    metricsProvider,
+    RateLimitHealthIndicator,
     RateLimitRuleRegistry,
     RateLimiterService,
+    RateLimitManagementService,
     RateLimitGuard,
     RateLimitInterceptor,
   ],
@@ -127,6 +178,8 @@ const configCentreProvider: Provider = {
     RateLimitConfigCentre,
     RateLimitRuleRegistry,
     RateLimiterService,
+    RateLimitManagementService,
+    RateLimitHealthIndicator,
     RateLimitGuard,
     RateLimitInterceptor,
   ],

@@ -2,12 +2,13 @@ import { RateLimitConfigCentre } from '../config-centre/rate-limit-config-centre
 import { HEADER_STYLES } from '../http/rate-limit-headers.js';
 import type { SampledLogLevel } from '../logging/sampled-logger.js';
 import { STORE_ERROR_POLICIES } from '../resilience/store-error-policy.js';
-import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
+import { RATE_LIMIT_MODES, RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
 import { RateLimitStore } from '../store/rate-limit-store.js';
-import { RATE_LIMIT_DEFAULTS as D, REPLICA_WAIT_DEFAULTS } from './defaults.js';
+import { METRICS_PREFIX, RATE_LIMIT_DEFAULTS as D, REPLICA_WAIT_DEFAULTS } from './defaults.js';
 import type { RateLimitModuleOptions, ResolvedRateLimitOptions } from './options.js';
 
 const KEY_PREFIX = /^[A-Za-z0-9._:-]{1,32}$/;
+const MAX_TIMER_MS = 2 ** 31 - 1;
 const LEVELS: readonly SampledLogLevel[] = ['error', 'warn', 'log', 'debug', 'verbose'];
 
 /** The fields each group takes; any other is a mistake worth stopping for (a typo is silent otherwise). */
@@ -15,8 +16,12 @@ const FIELDS = {
   // prettier-ignore
   '': [
     'redis', 'store', 'memoryStore', 'blockCache', 'keyPrefix', 'storeErrors', 'failover', 'countOn',
-    'headers', 'logging', 'configCentre', 'ipv6PrefixBits', 'clock', 'isGlobal', 'globalGuard',
+    'headers', 'logging', 'configCentre', 'liveConfig', 'mode', 'metrics', 'keyAudit', 'ipv6PrefixBits',
+    'clock', 'isGlobal', 'globalGuard',
   ],
+  liveConfig: ['refreshMs'],
+  metrics: ['registry', 'prefix'],
+  keyAudit: ['intervalMs'],
   memoryStore: ['maxKeys'],
   blockCache: ['maxKeys'],
   storeErrors: ['policy', 'timeoutMs', 'circuitBreaker', 'localFallback', 'status'],
@@ -63,6 +68,11 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
   const positive = (field: string, value: number | undefined, fallback: number): number => {
     if (value === undefined) return fallback;
     return Number.isSafeInteger(value) && value > 0 ? value : fail(field, 'must be a positive whole number', value);
+  };
+  // A timer's period: Node runs one longer than 2^31 - 1 ms every millisecond instead.
+  const period = (field: string, value: number | undefined, fallback: number): number => {
+    const ms = positive(field, value, fallback);
+    return ms <= MAX_TIMER_MS ? ms : fail(field, `must be at most ${MAX_TIMER_MS} ms (about 24.8 days)`, value);
   };
   const oneOf = <T>(field: string, value: T | undefined, allowed: readonly T[], fallback: T): T => {
     if (value === undefined) return fallback;
@@ -156,6 +166,21 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
     };
   }
 
+  const liveConfig = group('liveConfig', options.liveConfig);
+  let metrics: ResolvedRateLimitOptions['metrics'] = false;
+  if (options.metrics !== undefined && options.metrics !== false) {
+    const given = options.metrics === true ? {} : group('metrics', options.metrics);
+    const prefix = given.prefix ?? METRICS_PREFIX;
+    if (typeof prefix !== 'string' || !/^[a-zA-Z_:][a-zA-Z0-9_:]*$/.test(prefix)) {
+      fail('metrics.prefix', 'must be the start of a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)', prefix);
+    }
+    const { registry } = given;
+    if (registry !== undefined && (registry === null || typeof registry !== 'object')) {
+      fail('metrics.registry', 'must be a prom-client Registry', registry);
+    }
+    metrics = { registry, prefix };
+  }
+  const keyAudit = group('keyAudit', options.keyAudit);
   const memoryStore = group('memoryStore', options.memoryStore);
   const blockCache =
     options.blockCache === false
@@ -194,6 +219,10 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
     failover: { detectLostWrites, marker, waitForReplicas },
     countOn: { inFlightWaitMs },
     headers: oneOf('headers', options.headers, HEADER_STYLES, D.headers),
+    mode: oneOf('mode', options.mode, RATE_LIMIT_MODES, D.mode),
+    liveConfig: { refreshMs: period('liveConfig.refreshMs', liveConfig.refreshMs, D.liveConfig.refreshMs) },
+    metrics,
+    keyAudit: { intervalMs: period('keyAudit.intervalMs', keyAudit.intervalMs, D.keyAudit.intervalMs) },
     logging,
     ipv6PrefixBits,
     clock,

@@ -9,8 +9,11 @@ import {
   type RateLimitReceipt,
   type LiftedKeysWatcher,
   type RateLimitSettlement,
+  type RateLimitStanding,
   RateLimitStore,
+  capacityOf,
 } from '../store/rate-limit-store.js';
+import { INSPECT_LAYOUT, INSPECT_SCRIPTS, encodeInspect } from './scripts/inspect.script.js';
 import type { LostWriteCheck, LostWriteRepairs } from './failover/lost-write-check.js';
 import type { ReplicaWait } from './failover/replica-wait.js';
 import type { RedisService } from './redis.service.js';
@@ -89,6 +92,19 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     }
     this.replicaWait = defences.replicaWait;
     this.description = `Redis store (${redis.describe()}; shared across instances)`;
+  }
+
+  override inspect(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitStanding[]> {
+    const at = now === undefined ? undefined : Math.floor(now);
+    // One call per hit: an operator's read, where keys of several slots need no atomicity.
+    return Promise.all(
+      hits.map(async (hit) => {
+        const { keys, args } = encodeInspect([hit], at, this.markerShare);
+        const reply = INSPECT_LAYOUT.decode(await this.redis.runOperation(INSPECT_SCRIPTS.for([hit]), keys, args), 1);
+        const { remaining, reset, blocked } = reply.rules[0];
+        return { remaining, resetMs: remaining >= capacityOf(hit) ? 0 : reset, blockedMs: blocked };
+      }),
+    );
   }
 
   async consume(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitConsumption> {

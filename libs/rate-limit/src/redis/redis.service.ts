@@ -46,6 +46,18 @@ const OWN_CLIENT_DEFAULTS: RedisOptions = {
   connectionName: 'rate-limit',
 };
 
+/** The deadline of an operator's call (`runOperation`). */
+const OPERATION_TIMEOUT_MS = 2_000;
+
+/** @internal What `RedisService.listen` tells of one channel. */
+export interface ChannelListener {
+  message(text: string): void;
+  /** Whether messages reach this instance from now on (false: some may be missed until it is true again). */
+  listening(on: boolean): void;
+  /** The warning, said once, when the subscription is refused (an ACL without the channel, say). */
+  refused(error: unknown): string;
+}
+
 /**
  * The library's Redis connection: its own (created from the module options and closed on shutdown)
  * or one the application supplied (left open). Runs the limiter's Lua scripts with a deadline, and
@@ -63,8 +75,9 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   private readonly breaker: RedisCircuitBreaker | undefined;
   /** Where instances announce the keys whose counts they lowered (`announceLifted`, `watchLiftedKeys`). */
   private readonly liftedChannel: string;
-  private readonly liftWatchers: LiftedKeysWatcher[] = [];
+  private readonly listeners: { channel: string; listener: ChannelListener }[] = [];
   private subscriber: Redis | Cluster | undefined;
+  private bootstrapped = false;
 
   /** @internal Nest creates it from the module's options. */
   constructor(
@@ -153,6 +166,22 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   }
 
   /**
+   * @internal
+   * Runs an operator's call (a limit written, a counter inspected), off the request path: with a
+   * deadline of its own (2 s), not the requests', and past the circuit breaker, so an outage does
+   * not hide whether Redis takes it.
+   */
+  runOperation(script: RedisScript, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {
+    if (!this.scripts.has(script)) this.register(script);
+    return withDeadline(script.run(this.client, keys, args), OPERATION_TIMEOUT_MS, script.name);
+  }
+
+  /** @internal An operator's command (`client.hgetall(…)`, say) with `runOperation`'s deadline, or the one given: it never hangs. */
+  operation<T>(command: Promise<T>, what: string, timeoutMs = OPERATION_TIMEOUT_MS): Promise<T> {
+    return withDeadline(command, timeoutMs, what);
+  }
+
+  /**
    * Waits until `replicas` replicas have every write so far on this connection (Redis `WAIT`), at
    * most `timeoutMs`; resolves with how many did. Not for Cluster, where WAIT cannot follow a key.
    */
@@ -160,6 +189,20 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     const client = this.client;
     if (client instanceof Cluster) return 0;
     return Number(await withDeadline(client.call('WAIT', replicas, timeoutMs), timeoutMs + this.timeoutMs, 'WAIT'));
+  }
+
+  /**
+   * @internal
+   * Replicas an operator's write must reach before it is confirmed, so a failover cannot lose it:
+   * one behind Sentinel (which exists to fail over to one), one when the server reports any
+   * connected; none for a lone server. Cluster: none (WAIT cannot follow a key there).
+   */
+  async replicasToConfirm(): Promise<number> {
+    const client = this.client;
+    if (client instanceof Cluster) return 0;
+    if (client.options.sentinels?.length) return 1;
+    const info = await this.operation(client.info('replication'), 'INFO');
+    return Number(/connected_slaves:(\d+)/.exec(info)?.[1] ?? 0) > 0 ? 1 : 0;
   }
 
   /** @internal Tells every instance's watchers (`watchLiftedKeys`) that these keys' counts were lowered. */
@@ -175,7 +218,68 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
    * connection is lost (announcements made meanwhile are missed).
    */
   watchLiftedKeys(watcher: LiftedKeysWatcher): void {
-    this.liftWatchers.push(watcher);
+    this.listen(this.liftedChannel, {
+      message: (text) => {
+        let keys: unknown;
+        try {
+          keys = JSON.parse(text);
+        } catch {
+          keys = undefined;
+        }
+        if (Array.isArray(keys)) watcher.lifted(keys.filter((key): key is string => typeof key === 'string'));
+        else watcher.listening(true); // Unreadable news: forget every block, and go on listening.
+      },
+      listening: (on) => watcher.listening(on),
+      refused: (error) =>
+        // An ACL without this channel (NOPERM), say: no block is kept, and every refusal asks Redis.
+        `Subscribing to ${this.liftedChannel} failed (${String(error)}); the block cache stays off, every request asks Redis`,
+    });
+  }
+
+  /**
+   * @internal
+   * Tells `listener` of every message published on `channel`, over the one connection of this
+   * service that subscribes (from the app's start, or at once if it has started), and whether it is
+   * listening: from each confirmed subscription until that connection is lost.
+   */
+  listen(channel: string, listener: ChannelListener): void {
+    this.listeners.push({ channel, listener });
+    if (!this.bootstrapped || !this.redis) return;
+    if (!this.subscriber) this.subscribe(this.redis);
+    else if (this.subscriber.status === 'ready') this.subscribeTo(this.subscriber, [{ channel, listener }]);
+  }
+
+  /** @internal Publishes a message on a channel, with the call deadline. */
+  async publish(channel: string, message: string): Promise<void> {
+    await withDeadline(this.client.publish(channel, message), this.timeoutMs, 'PUBLISH');
+  }
+
+  /** @internal Whether Redis answers a PING within the call deadline (every master of a Cluster). */
+  async reachable(): Promise<boolean> {
+    if (!this.redis) return false;
+    const client = this.redis;
+    const nodes = client instanceof Cluster ? client.nodes('master') : [client];
+    if (nodes.length === 0) return false;
+    try {
+      await Promise.all(nodes.map((node) => withDeadline(node.ping(), this.timeoutMs, 'PING')));
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** @internal Whether every script registered so far is cached on every master (SCRIPT EXISTS). */
+  async scriptsLoaded(): Promise<boolean> {
+    const client = this.client;
+    const shas = [...this.scripts].map((script) => script.sha);
+    if (shas.length === 0) return true;
+    const nodes = client instanceof Cluster ? client.nodes('master') : [client];
+    const answers = await Promise.all(
+      nodes.map((node) =>
+        withDeadline(node.script('EXISTS', ...shas) as Promise<number[]>, this.timeoutMs, 'SCRIPT EXISTS'),
+      ),
+    );
+    return answers.every((exists) => exists.every((one) => one === 1));
   }
 
   /** The circuit breaker's state: `'open'` while calls to Redis are suspended. */
@@ -187,14 +291,15 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
    * Scans the library's keys on every master and reports those without a TTL; with `repairTtlMs`,
    * gives them that TTL. For monitoring; `npm run audit:keys` runs the same from a shell.
    */
-  auditKeys(options: { repairTtlMs?: number } = {}): Promise<KeyAuditReport> {
+  auditKeys(options: { repairTtlMs?: number; scanCount?: number; maxListed?: number } = {}): Promise<KeyAuditReport> {
     return auditRateLimitKeys(this.client, { keyPrefix: this.keyPrefix, ...options });
   }
 
   /** Connects once every module is initialised, so an app whose bootstrap fails leaves no socket open. */
   async onApplicationBootstrap(): Promise<void> {
+    this.bootstrapped = true;
     if (!this.redis) return;
-    if (this.liftWatchers.length > 0) this.subscribeToLifted(this.redis);
+    if (this.listeners.length > 0) this.subscribe(this.redis);
     if (this.ownsClient && this.redis.status === 'wait') {
       // connect() settles only once the server answers; a paused server, or sentinels that are all
       // down, would hold the app's start for ever. Wait a bounded time, then serve by the store-error policies.
@@ -235,49 +340,53 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     }
   }
 
-  private readonly onReady = () => void this.loadScripts();
+  private readonly readyListeners: (() => void)[] = [];
 
-  private subscribeToLifted(client: Redis | Cluster): void {
+  private readonly onReady = () => {
+    void this.loadScripts();
+    for (const listener of this.readyListeners) listener();
+  };
+
+  /** @internal Calls `listener` each time the connection is (re)established and ready for commands. */
+  whenReady(listener: () => void): void {
+    this.readyListeners.push(listener);
+  }
+
+  private subscribe(client: Redis | Cluster): void {
     // A connection of its own (a subscribed one takes no other commands). It subscribes on every
-    // (re)connect itself, so it knows when the subscription is confirmed.
+    // (re)connect itself, so it knows when each subscription is confirmed.
     const own = { enableOfflineQueue: true, lazyConnect: false, autoResubscribe: false };
     const subscriber =
       client instanceof Cluster
         ? client.duplicate(undefined, { ...own, redisOptions: { ...client.options.redisOptions, ...own } })
-        : client.duplicate({ ...own, connectionName: 'rate-limit-lifted' });
+        : client.duplicate({ ...own, connectionName: 'rate-limit-news' });
     this.subscriber = subscriber;
-    const listening = (on: boolean) => {
-      for (const watcher of this.liftWatchers) watcher.listening(on);
-    };
-    let refusedSaid = false;
     subscriber.on('error', () => undefined);
-    subscriber.on('close', () => listening(false));
-    subscriber.on('ready', () => {
-      subscriber.subscribe(this.liftedChannel).then(
-        () => listening(true),
+    subscriber.on('close', () => {
+      for (const { listener } of this.listeners) listener.listening(false);
+    });
+    subscriber.on('ready', () => this.subscribeTo(subscriber, this.listeners));
+    subscriber.on('message', (channel: string, message: string) => {
+      for (const entry of this.listeners) if (entry.channel === channel) entry.listener.message(message);
+    });
+  }
+
+  private readonly refusalsSaid = new Set<ChannelListener>();
+
+  private subscribeTo(
+    subscriber: Redis | Cluster,
+    entries: readonly { channel: string; listener: ChannelListener }[],
+  ): void {
+    for (const { channel, listener } of entries) {
+      subscriber.subscribe(channel).then(
+        () => listener.listening(true),
         (error: unknown) => {
-          // An ACL without this channel (NOPERM), say: no block is kept, and every refusal asks Redis.
-          if (refusedSaid) return;
-          refusedSaid = true;
-          this.logger.warn(
-            `Subscribing to ${this.liftedChannel} failed (${String(error)}); the block cache stays off, every request asks Redis`,
-          );
+          if (this.refusalsSaid.has(listener)) return;
+          this.refusalsSaid.add(listener);
+          this.logger.warn(listener.refused(error));
         },
       );
-    });
-    subscriber.on('message', (channel: string, message: string) => {
-      if (channel !== this.liftedChannel) return;
-      let keys: unknown;
-      try {
-        keys = JSON.parse(message);
-      } catch {
-        keys = undefined;
-      }
-      for (const watcher of this.liftWatchers) {
-        if (Array.isArray(keys)) watcher.lifted(keys.filter((key): key is string => typeof key === 'string'));
-        else watcher.listening(true); // Unreadable news: forget every block, and go on listening.
-      }
-    });
+    }
   }
 
   /** Says at the start, once, when a server is too old for the scripts, rather than by every request's error. */

@@ -3,6 +3,7 @@ import {
   type RateLimitConsumption,
   type RateLimitDecision,
   type RateLimitHit,
+  type RateLimitStanding,
   type RateLimitReceipt,
   type RateLimitSettlement,
   type RateLimitStore,
@@ -26,6 +27,16 @@ export interface ResilienceOptions {
   leaseKeys: number;
   /** The module's `clock`, if it has one: the time of the calls. */
   clock?: () => number;
+  /** Told of every store call and what spared one (metrics); none: nothing is timed. */
+  observer?: StoreObserver;
+}
+
+/** What metrics learn of the store as the limiter uses it. */
+export interface StoreObserver {
+  /** A consume call ended, after `seconds`; `error` when it failed. */
+  called(seconds: number, error: unknown): void;
+  /** Refused by the block cache, without a store call. */
+  blockCacheHit(): void;
 }
 
 /** What of a hit's rule the store as the limiter uses it needs: a `RateLimitRule` is one. */
@@ -115,7 +126,10 @@ export class ResilientStore {
     // The block cache's time: the module's clock (as the store decides on it), else this process's.
     const sentAt = now ?? performance.now();
     const refused = this.blocked?.refusal(hits, sentAt);
-    if (refused) return refused;
+    if (refused) {
+      this.options.observer?.blockCacheHit();
+      return refused;
+    }
     try {
       return await this.ask(hits, now, sentAt);
     } catch (error) {
@@ -142,7 +156,10 @@ export class ResilientStore {
       const now = attempt > 1 && clock ? Math.floor(clock()) : given;
       const sentAt = now ?? performance.now();
       const refused = this.blocked?.refusal(hits, sentAt);
-      if (refused) return refused;
+      if (refused) {
+        this.options.observer?.blockCacheHit();
+        return refused;
+      }
       const leasing = attempt < LEASED_ATTEMPTS;
       const decisions: RateLimitDecision[] = [];
       const taken: { hit: RateLimitHit; lease: Lease }[] = [];
@@ -241,7 +258,8 @@ export class ResilientStore {
   /** One call to the store, what it answered learned (block cache, fallback); throws what it throws. */
   private async ask(hits: readonly RateLimitHit[], now: number | undefined, sentAt: number) {
     const since = this.blocked?.since ?? 0;
-    const consumption = await this.store.consume(hits, now);
+    const { observer } = this.options;
+    const consumption = observer ? await this.timed(observer, hits, now) : await this.store.consume(hits, now);
     this.blocked?.learn(hits, consumption, sentAt, since);
     if (this.fallback) {
       this.fallback.remember(hits, consumption, now ?? Date.now());
@@ -250,9 +268,30 @@ export class ResilientStore {
     return consumption;
   }
 
+  private async timed(
+    observer: StoreObserver,
+    hits: readonly RateLimitHit[],
+    now: number | undefined,
+  ): Promise<RateLimitConsumption> {
+    const started = performance.now();
+    try {
+      const consumption = await this.store.consume(hits, now);
+      observer.called((performance.now() - started) / 1000, undefined);
+      return consumption;
+    } catch (error) {
+      observer.called((performance.now() - started) / 1000, error);
+      throw error;
+    }
+  }
+
   /** Only `countOn` admissions are settled here, and the block cache keeps none of theirs. */
   settle(settlements: readonly RateLimitSettlement[]): Promise<void> {
     return this.store.settle(settlements);
+  }
+
+  /** The store's own reading: an operator's question, answered by the store or not at all (no policy decides it). */
+  inspect(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitStanding[]> {
+    return this.store.inspect(hits, now);
   }
 
   async reset(keys: readonly string[]): Promise<void> {

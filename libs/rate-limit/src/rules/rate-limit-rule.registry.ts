@@ -14,26 +14,69 @@ import {
 type Handler = Function;
 const NO_RULES: readonly RateLimitRule[] = Object.freeze([]);
 
-// PATTERN_METADATA of @MessagePattern and @EventPattern, read by key so that @nestjs/microservices stays optional.
+// Metadata keys of the decorators of @nestjs/microservices, @nestjs/graphql and @nestjs/websockets,
+// read by key so that those packages stay optional.
 const MESSAGE_PATTERN_METADATA = 'microservices:pattern';
+const RESOLVER_TYPE_METADATA = 'graphql:resolver_type';
+const RESOLVER_PROPERTY_METADATA = 'graphql:resolve_property';
+const GATEWAY_METADATA = 'websockets:is_gateway';
+const MESSAGE_MAPPING_METADATA = 'websockets:message_mapping';
 
-/** Why a rule anywhere but on an HTTP route of a controller can never apply; the guard says it too. */
-export const ONLY_HTTP_ROUTES =
-  'only HTTP routes of controllers are limited; GraphQL, WebSocket and microservice handlers are not supported yet';
-
-/** What Nest makes of a controller method, as the metadata of its decorators tells. */
-type HandlerKind = 'route' | 'message' | 'none';
+/** What the guard limits; the rest of a message naming a handler it cannot. */
+export const SUPPORTED_HANDLERS =
+  'only HTTP routes of controllers, GraphQL queries and mutations of resolvers, and @SubscribeMessage handlers of WebSocket gateways are limited';
 
 /**
- * Turns decorator metadata into validated rules once per handler. Every controller is checked at
- * bootstrap, so a bad value stops the app before it serves; the guard then only looks rules up.
- * So is every provider, and every controller method that is no HTTP route: the guard limits HTTP
- * routes only, and a rule it would never apply must not leave a handler its author thinks protected.
+ * What Nest makes of a method, as the metadata of its decorators tells: one the guard limits
+ * (`route`, `operation`, `ws-message`), one it cannot (`message`, `subscription`, `field`), or no
+ * handler at all (`none`).
+ */
+type HandlerKind = 'route' | 'operation' | 'ws-message' | 'message' | 'subscription' | 'field' | 'none';
+
+/** The classes whose handlers the guard limits, and what it cannot limit on each. */
+interface HandlerClass {
+  /** How messages name it: `controller`, `resolver`, `gateway`. */
+  role: string;
+  limited: HandlerKind;
+  /** Handler kinds of such a class the guard cannot limit, and what each is. */
+  unsupported: Partial<Record<HandlerKind, string>>;
+  /** The decorator a method needs to be a handler the guard limits. */
+  needs: string;
+}
+
+const CONTROLLER: HandlerClass = {
+  role: 'controller',
+  limited: 'route',
+  unsupported: { message: 'a microservice handler (@MessagePattern or @EventPattern)' },
+  needs: '@Get, @Post or another route decorator',
+};
+const RESOLVER: HandlerClass = {
+  role: 'resolver',
+  limited: 'operation',
+  unsupported: {
+    subscription: 'a GraphQL subscription (its events are not requests the guard sees)',
+    field: 'a GraphQL field resolver (@ResolveField runs once per parent object, not per request)',
+  },
+  needs: '@Query or @Mutation',
+};
+const GATEWAY: HandlerClass = {
+  role: 'gateway',
+  limited: 'ws-message',
+  unsupported: {},
+  needs: '@SubscribeMessage',
+};
+
+/**
+ * Turns decorator metadata into validated rules once per handler. Every controller, resolver and
+ * gateway is checked at bootstrap, so a bad value stops the app before it serves; the guard then
+ * only looks rules up. So is every other provider, and every method the guard never limits (a
+ * microservice handler, a GraphQL subscription): a rule it would never apply must not leave a
+ * handler its author thinks protected.
  */
 @Injectable()
 export class RateLimitRuleRegistry implements OnModuleInit {
   private readonly rulesByClass = new WeakMap<Handler, Map<Handler, readonly RateLimitRule[]>>();
-  /** Every rule declared on a route, by name, for the limiter's API outside HTTP. */
+  /** Every rule declared on a handler, by name, for the limiter's API outside HTTP. */
   private readonly rulesByName = new Map<string, RateLimitRule[]>();
 
   constructor(
@@ -49,7 +92,7 @@ export class RateLimitRuleRegistry implements OnModuleInit {
     for (const { metatype } of this.discovery.getControllers()) {
       if (typeof metatype !== 'function') continue;
       controllers.add(metatype);
-      this.checkController(metatype, problems, classesByName);
+      this.checkHandlers(metatype, CONTROLLER, problems, classesByName);
     }
     // A class can be provided by several modules, and a controller listed as a provider too.
     const providers = new Set<Handler>();
@@ -57,63 +100,85 @@ export class RateLimitRuleRegistry implements OnModuleInit {
       const type = providedClass(wrapper);
       if (type && !controllers.has(type)) providers.add(type);
     }
-    for (const type of providers) this.checkProvider(type, problems);
+    for (const type of providers) {
+      const keys = Reflect.getMetadataKeys(type) as unknown[];
+      if (keys.includes(RESOLVER_TYPE_METADATA)) this.checkHandlers(type, RESOLVER, problems, classesByName);
+      else if (this.reflector.get(GATEWAY_METADATA, type) === true) {
+        this.checkHandlers(type, GATEWAY, problems, classesByName);
+      } else this.checkProvider(type, problems);
+    }
     if (problems.size > 0) {
       throw new RateLimitConfigurationError([...problems]);
     }
     for (const [name, classes] of classesByName) {
       if (classes.size > 1) {
         new Logger('RateLimit').warn(
-          `${classes.size} controllers are named ${name}: rules named after the class share their counters; give them distinct 'name's`,
+          `${classes.size} classes are named ${name}: rules named after the class share their counters; give them distinct 'name's`,
         );
       }
     }
   }
 
-  private checkController(controller: Handler, problems: Set<string>, classesByName: Map<string, Set<Handler>>): void {
-    const prototype = controller.prototype as Record<string, Handler>;
+  private checkHandlers(
+    type: Handler,
+    kind: HandlerClass,
+    problems: Set<string>,
+    classesByName: Map<string, Set<Handler>>,
+  ): void {
+    const prototype = type.prototype as Record<string, Handler>;
     const methods = this.scanner.getAllMethodNames(prototype);
-    const hasRoutes = methods.some((method) => this.kindOf(prototype[method]) === 'route');
+    const hasLimited = methods.some((method) => this.kindOf(prototype[method]) === kind.limited);
     for (const method of methods) {
       const handler = prototype[method];
-      const route = `${controller.name}.${method}`;
-      const kind = this.kindOf(handler);
+      const route = `${type.name}.${method}`;
+      const handlerKind = this.kindOf(handler);
       // Class rules cover the handlers only; a helper method is not one of them.
-      if (kind === 'none' && this.declaresRules(handler)) {
+      if (handlerKind === 'none' && this.declaresRules(handler)) {
         problems.add(
-          `@RateLimit on ${route}: it is not a route handler (no @Get, @Post or other route decorator), so no request reaches it through the guard; put @RateLimit on the route instead`,
+          `@RateLimit on ${route}: it is not a handler (no ${kind.needs}), so nothing reaches it through the guard; put @RateLimit on the handler instead`,
         );
       }
       let rules: readonly RateLimitRule[];
       try {
-        rules = this.rulesFor(controller, handler);
+        rules = this.rulesFor(type, handler);
       } catch (error) {
         if (!(error instanceof RateLimitConfigurationError)) throw error;
         for (const problem of error.problems) problems.add(problem);
         continue;
       }
-      if (rules.some((rule) => rule.name.startsWith(`${controller.name}.`) || rule.name === controller.name)) {
-        if (!classesByName.has(controller.name)) classesByName.set(controller.name, new Set());
-        classesByName.get(controller.name)!.add(controller);
+      if (rules.some((rule) => rule.name.startsWith(`${type.name}.`) || rule.name === type.name)) {
+        if (!classesByName.has(type.name)) classesByName.set(type.name, new Set());
+        classesByName.get(type.name)!.add(type);
       }
-      if (kind !== 'message') continue;
+      if (handlerKind === kind.limited && kind !== CONTROLLER) {
+        // No response to settle against: a GraphQL error is a 200, a WebSocket message has none.
+        for (const rule of rules) {
+          if (rule.countOn !== 'all') {
+            problems.add(
+              `@RateLimit on ${rule.declaredOn}: 'countOn' applies to HTTP routes only, and ${route} is a ${kind.role} handler; remove it`,
+            );
+          }
+        }
+      }
+      const what = kind.unsupported[handlerKind];
+      if (!what) continue;
       // Rules left after @SkipRateLimit: each one the author expects to hold, and none does.
-      const why = `a microservice handler (@MessagePattern or @EventPattern), and ${ONLY_HTTP_ROUTES}`;
-      if (rules.some((rule) => rule.declaredOn !== controller.name)) {
+      const why = `${what}, and ${SUPPORTED_HANDLERS}`;
+      if (rules.some((rule) => rule.declaredOn !== type.name)) {
         problems.add(`@RateLimit on ${route}: ${route} is ${why}; remove it`);
       }
-      if (rules.some((rule) => rule.declaredOn === controller.name)) {
-        const fix = hasRoutes
+      if (rules.some((rule) => rule.declaredOn === type.name)) {
+        const fix = hasLimited
           ? `put @SkipRateLimit() on ${route}`
-          : `remove @RateLimit from ${controller.name}, which has no HTTP route`;
-        problems.add(`@RateLimit on ${controller.name} applies to ${route}, ${why}; ${fix}`);
+          : `remove @RateLimit from ${type.name}, which has no handler the guard limits`;
+        problems.add(`@RateLimit on ${type.name} applies to ${route}, ${why}; ${fix}`);
       }
     }
   }
 
-  /** The guard never limits a provider's methods (gateways, resolvers, services), so no rule on one applies. */
+  /** The guard never limits the methods of other providers (services, repositories), so no rule on one applies. */
   private checkProvider(type: Handler, problems: Set<string>): void {
-    const why = `${type.name} is a provider, not a controller (WebSocket gateways and GraphQL resolvers are providers), and ${ONLY_HTTP_ROUTES}; remove it, or put it on the HTTP route that leads here`;
+    const why = `${type.name} is a provider, not a controller, resolver or gateway, and ${SUPPORTED_HANDLERS}; remove it, or put it on the handler that leads here`;
     if (this.declaresRules(type)) problems.add(`@RateLimit on ${type.name}: ${why}`);
     const prototype = type.prototype as Record<string, Handler> | undefined;
     if (!prototype) return;
@@ -130,6 +195,11 @@ export class RateLimitRuleRegistry implements OnModuleInit {
     if (this.reflector.get(MESSAGE_PATTERN_METADATA, handler) !== undefined) return 'message';
     // Nest's router makes a route of every method with a path, and of no other.
     if (this.reflector.get(PATH_METADATA, handler) !== undefined) return 'route';
+    const resolverType = this.reflector.get<string | undefined>(RESOLVER_TYPE_METADATA, handler);
+    if (resolverType === 'Query' || resolverType === 'Mutation') return 'operation';
+    if (resolverType === 'Subscription') return 'subscription';
+    if (this.reflector.get(RESOLVER_PROPERTY_METADATA, handler) === true) return 'field';
+    if (this.reflector.get(MESSAGE_MAPPING_METADATA, handler) === true) return 'ws-message';
     return 'none';
   }
 
@@ -160,6 +230,16 @@ export class RateLimitRuleRegistry implements OnModuleInit {
       );
     }
     return rules[0];
+  }
+
+  /** Every rule declared on a route, one per name and way of counting. */
+  all(): RateLimitRule[] {
+    return [...this.rulesByName.values()].flat();
+  }
+
+  /** The rules declared on routes that read their thresholds from this `configKey`. */
+  withConfigKey(configKey: string): RateLimitRule[] {
+    return this.all().filter((rule) => rule.configKey === configKey);
   }
 
   private compile(controller: Handler, handler: Handler): readonly RateLimitRule[] {
@@ -234,6 +314,7 @@ function sameCounter(a: RateLimitRule, b: RateLimitRule): boolean {
     a.configKey === b.configKey &&
     a.algorithm === b.algorithm &&
     a.burst === b.burst &&
-    a.blockMs === b.blockMs
+    a.blockMs === b.blockMs &&
+    a.mode === b.mode
   );
 }

@@ -59,7 +59,18 @@ export interface RateLimitOptions {
    * store (no Redis) counts exactly and ignores it. Default: none (every request asks Redis).
    */
   lease?: number;
+  /**
+   * `'enforce'` rejects past the limit; `'shadow'` counts and decides the same but never rejects
+   * (would-be rejections are logged by sampling and counted), to try a limit on real traffic first;
+   * `'off'` skips the rule. A config centre's `mode` for the rule's `configKey` wins. Default: the
+   * module's `mode` (`'enforce'`).
+   */
+  mode?: RateLimitMode;
 }
+
+/** Whether a rule rejects (`'enforce'`), only reports what it would reject (`'shadow'`), or is skipped (`'off'`). */
+export type RateLimitMode = 'enforce' | 'shadow' | 'off';
+export const RATE_LIMIT_MODES: readonly RateLimitMode[] = ['enforce', 'shadow', 'off'];
 
 export type RateLimitCountOn = 'all' | 'success' | 'failure';
 const COUNT_ON: readonly RateLimitCountOn[] = ['all', 'success', 'failure'];
@@ -84,6 +95,8 @@ export interface RateLimitRule {
   readonly onStoreError: RateLimitStoreErrorPolicy | undefined;
   /** Units an instance takes from a shared store at once; 0: none, every request asks. */
   readonly lease: number;
+  /** `undefined`: the module's mode. */
+  readonly mode: RateLimitMode | undefined;
 }
 
 /** Thrown at bootstrap for a rule that cannot work; the message names the route and the field. */
@@ -169,6 +182,10 @@ export function validateRule(
   if (onStoreError !== undefined && !STORE_ERROR_POLICIES.includes(onStoreError)) {
     fail('onStoreError', `must be one of ${STORE_ERROR_POLICIES.join(', ')}`, onStoreError);
   }
+  const { mode } = options;
+  if (mode !== undefined && !RATE_LIMIT_MODES.includes(mode)) {
+    fail('mode', `must be one of ${RATE_LIMIT_MODES.join(', ')}`, mode);
+  }
   let lease = 0;
   if (options.lease !== undefined) {
     lease = options.lease;
@@ -196,7 +213,31 @@ export function validateRule(
     countOn,
     onStoreError,
     lease,
+    mode,
   };
+}
+
+/**
+ * The options a rule was validated from, as far as they can be rebuilt: to validate it again with
+ * values from a config centre, exactly as bootstrap validated the decorator.
+ */
+export function ruleOptions(rule: RateLimitRule): RateLimitOptions {
+  const options: RateLimitOptions = {
+    count: rule.count,
+    window: rule.windowMs,
+    name: rule.name,
+    by: rule.by,
+    algorithm: rule.algorithm,
+    cost: rule.cost,
+    countOn: rule.countOn,
+  };
+  if (rule.configKey !== undefined) options.configKey = rule.configKey;
+  if (rule.burst !== undefined) options.burst = rule.burst;
+  if (rule.blockMs > 0) options.blockFor = rule.blockMs;
+  if (rule.onStoreError !== undefined) options.onStoreError = rule.onStoreError;
+  if (rule.lease > 0) options.lease = rule.lease;
+  if (rule.mode !== undefined) options.mode = rule.mode;
+  return options;
 }
 
 function describe(value: unknown): string {

@@ -68,3 +68,12 @@ export function rateLimitKeys(
   const key = rateLimitKey(prefix, ruleName, identity, algorithm);
   return { key, ...keysBeside(key) };
 }
+
+/**
+ * Where the live limits are (`RedisConfigCentre`): the hash of values by config key (the one key
+ * kept without a TTL, by design), the channel a write announces its key on, and the catalogue of
+ * the rules that read them.
+ */
+export function liveConfigKeys(keyPrefix: string): { hash: string; channel: string; rules: string } {
+  return { hash: `${keyPrefix}:config`, channel: `${keyPrefix}:config:changed`, rules: `${keyPrefix}:config:rules` };
+}

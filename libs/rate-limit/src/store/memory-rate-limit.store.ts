@@ -9,6 +9,8 @@ import {
   type RateLimitConsumption,
   type RateLimitHit,
   type RateLimitSettlement,
+  type RateLimitStanding,
+  capacityOf,
 } from './rate-limit-store.js';
 
 type Step = Pick<AlgorithmStep<unknown>, 'allowed' | 'remaining' | 'resetMs'> & {
@@ -139,6 +141,22 @@ export class MemoryRateLimitStore extends RateLimitStore {
     });
   }
 
+  override inspect(hits: readonly RateLimitHit[], clock?: number): Promise<RateLimitStanding[]> {
+    const now = this.begin(clock);
+    return Promise.resolve(
+      hits.map((hit) => {
+        const until = hit.blockMs > 0 ? (this.blockedUntil.peek(keysBeside(hit.key).blockKey) ?? 0) : 0;
+        const state = this.stateOf(hit, now);
+        const { remaining, resetMs } = ALGORITHMS[hit.algorithm].step(state, { ...hit, cost: 0 }, now);
+        return {
+          remaining,
+          resetMs: remaining >= capacityOf(hit) ? 0 : resetMs,
+          blockedMs: Math.max(0, until - now),
+        };
+      }),
+    );
+  }
+
   record(hits: readonly RateLimitHit[], clock?: number): Promise<void> {
     const now = this.begin(clock);
     for (const hit of hits) {
@@ -263,9 +281,4 @@ export class MemoryRateLimitStore extends RateLimitStore {
     const held: HeldState = { value, used: capacityOf(hit) - remaining, until: now + ttlMs + GRACE_MS };
     this.states.set(hit.key, held, { ttl: ttlMs + GRACE_MS });
   }
-}
-
-/** Units a full counter holds: the burst of token-bucket and gcra, the limit of the others. */
-function capacityOf(hit: RateLimitHit): number {
-  return hit.algorithm === 'token-bucket' || hit.algorithm === 'gcra' ? hit.burst : hit.limit;
 }

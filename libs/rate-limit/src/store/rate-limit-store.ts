@@ -85,6 +85,21 @@ export function committedUnits(hit: RateLimitHit, consumption: RateLimitConsumpt
   return hit.limit - remainingAfter(consumption.decisions[index], consumption.allowed, hit.cost);
 }
 
+/** A rule's counter for one identity as it stands, read without counting anything (`inspect`). */
+export interface RateLimitStanding {
+  /** Units a request could take now (for token-bucket and gcra, of the burst). */
+  remaining: number;
+  /** Ms until the full limit is available again (0: nothing counted). */
+  resetMs: number;
+  /** Ms a `blockFor` penalty has left (0: none). */
+  blockedMs: number;
+}
+
+/** Units a full counter holds: the burst of token-bucket and gcra, the limit of the others. */
+export function capacityOf(hit: RateLimitHit): number {
+  return hit.algorithm === 'token-bucket' || hit.algorithm === 'gcra' ? hit.burst : hit.limit;
+}
+
 /** An admitted hit to take back. */
 export interface RateLimitRefund {
   hit: RateLimitHit;
@@ -142,6 +157,14 @@ export abstract class RateLimitStore {
    * beside them): their identities start afresh.
    */
   abstract reset(keys: readonly string[]): Promise<void>;
+  /**
+   * Reads each hit's counter as a request costing nothing would find it, counting nothing: for
+   * operators (`RateLimitManagementService.inspect`). The default rejects: a store of your own
+   * need not support it.
+   */
+  inspect(_hits: readonly RateLimitHit[], _now?: number): Promise<RateLimitStanding[]> {
+    return Promise.reject(new Error(`The ${this.description} cannot inspect counters`));
+  }
   /**
    * Whether a failed call certainly never reached the store (no connection, an open circuit). Only
    * then are the requests a fallback admitted in its stead recorded in it later: a call that may

@@ -83,11 +83,7 @@ local function inFlightUnits(key, now, p, since)
   return units
 end
 local call = readHead()
-local now = call.now
-if now < 0 then
-  TTL_WINDOWS = true
-  now = redisTimeMs()
-end
+local now = callTime(call.now)
 local params, steps = {}, {}
 local all = true
 for i = 1, call.rules do

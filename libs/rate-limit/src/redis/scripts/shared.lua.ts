@@ -94,6 +94,12 @@ local function readFields(key, fields)
   return out
 end
 local function pendingMember(nonce, cost) return nonce .. ':' .. cost end
+-- The time of a call: the one it gives, or (negative) Redis's, when a fixed window is timed by its key's TTL.
+local function callTime(given)
+  if given >= 0 then return given end
+  TTL_WINDOWS = true
+  return redisTimeMs()
+end
 local ALG = {}`;
 
 const ALGORITHM_LUA: Record<RateLimitAlgorithmName, string> = {

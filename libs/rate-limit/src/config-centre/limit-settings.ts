@@ -1,0 +1,113 @@
+import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from '../algorithms/algorithm.js';
+import { parseCount, parseDuration } from '../rules/duration.js';
+import {
+  RATE_LIMIT_MODES,
+  type RateLimitMode,
+  type RateLimitRule,
+  RateLimitConfigurationError,
+  ruleOptions,
+  validateRule,
+} from '../rules/rate-limit-rule.js';
+import type { RateLimitOverride } from './rate-limit-config-centre.js';
+
+/** A config centre's values for one `configKey`, each checked on its own. */
+export interface LimitSettings {
+  count?: number;
+  windowMs?: number;
+  algorithm?: RateLimitAlgorithmName;
+  mode?: RateLimitMode;
+}
+
+/** The fields a config centre may set, as `RateLimitOverride` names them. */
+export const LIMIT_FIELDS = ['count', 'window', 'algorithm', 'mode'] as const;
+
+/**
+ * Parses a config centre's values field by field. An absent, null or empty field is unset; any
+ * other that is invalid is a problem naming the field, and so is any field not in `LIMIT_FIELDS`
+ * (in `unknown`: a reader of values written by others may ignore those).
+ */
+export function parseLimitSettings(raw: unknown): { settings: LimitSettings; problems: string[]; unknown: string[] } {
+  const settings: LimitSettings = {};
+  const problems: string[] = [];
+  const unknown: string[] = [];
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+    return { settings, problems: [`must be an object of ${LIMIT_FIELDS.join(', ')}, got ${show(raw)}`], unknown };
+  }
+  const values = raw as Record<string, unknown>;
+  for (const field of Object.keys(values)) {
+    if (!(LIMIT_FIELDS as readonly string[]).includes(field) && values[field] !== undefined) {
+      unknown.push(`'${field}' is not a setting (settings: ${LIMIT_FIELDS.join(', ')})`);
+    }
+  }
+  const given = (field: keyof RateLimitOverride) => {
+    const value = values[field];
+    return value === undefined || value === null || value === '' ? undefined : value;
+  };
+  const count = given('count');
+  if (count !== undefined) {
+    settings.count = parseCount(count);
+    if (settings.count === undefined) problems.push(`'count' must be a positive whole number, got ${show(count)}`);
+  }
+  const window = given('window');
+  if (window !== undefined) {
+    settings.windowMs = parseDuration(window);
+    if (settings.windowMs === undefined) {
+      problems.push(`'window' must be a positive duration such as 500, '1s', '1m', got ${show(window)}`);
+    }
+  }
+  const algorithm = given('algorithm');
+  if (algorithm !== undefined) {
+    if (ALGORITHM_NAMES.includes(algorithm as RateLimitAlgorithmName))
+      settings.algorithm = algorithm as RateLimitAlgorithmName;
+    else problems.push(`'algorithm' must be one of ${ALGORITHM_NAMES.join(', ')}, got ${show(algorithm)}`);
+  }
+  const mode = given('mode');
+  if (mode !== undefined) {
+    if (RATE_LIMIT_MODES.includes(mode as RateLimitMode)) settings.mode = mode as RateLimitMode;
+    else problems.push(`'mode' must be one of ${RATE_LIMIT_MODES.join(', ')}, got ${show(mode)}`);
+  }
+  return { settings, problems, unknown };
+}
+
+/**
+ * The rule with a config centre's settings in force, validated exactly as bootstrap validates the
+ * decorator (a `burst` or a `lease` with an algorithm that has none, a fixed `cost` above the new
+ * `count`: each refused; a `lease` above the new `count` is the count). Throws
+ * `RateLimitConfigurationError` naming `subject`.
+ */
+export function ruleWithSettings(rule: RateLimitRule, settings: LimitSettings, subject: string): RateLimitRule {
+  const options = ruleOptions(rule);
+  if (settings.count !== undefined) {
+    options.count = settings.count;
+    // A lease is how a hot counter is served, not how much it admits: a count cut below it in an
+    // incident must hold, and does (a lease never admits past the count in force).
+    if (options.lease !== undefined && options.lease > settings.count) {
+      options.lease = settings.count >= 2 ? settings.count : undefined;
+    }
+  }
+  if (settings.windowMs !== undefined) options.window = settings.windowMs;
+  if (settings.algorithm !== undefined) options.algorithm = settings.algorithm;
+  if (settings.mode !== undefined) options.mode = settings.mode;
+  return validateRule(options, rule.declaredOn, rule.name, `${subject} for rule ${rule.name} on ${rule.declaredOn}`);
+}
+
+/** `LimitSettings` back in a config centre's terms (a window in ms), for storing and showing. */
+export function settingsAsOverride(settings: LimitSettings): RateLimitOverride {
+  const override: RateLimitOverride = {};
+  if (settings.count !== undefined) override.count = settings.count;
+  if (settings.windowMs !== undefined) override.window = settings.windowMs;
+  if (settings.algorithm !== undefined) override.algorithm = settings.algorithm;
+  if (settings.mode !== undefined) override.mode = settings.mode;
+  return override;
+}
+
+/** Throws the problems found, if any, each naming `subject`. */
+export function throwProblems(subject: string, problems: readonly string[]): void {
+  if (problems.length > 0) throw new RateLimitConfigurationError(problems.map((problem) => `${subject}: ${problem}`));
+}
+
+function show(value: unknown): string {
+  if (typeof value === 'string') return JSON.stringify(value.length > 60 ? `${value.slice(0, 60)}…` : value);
+  if (value === null || typeof value !== 'object') return String(value);
+  return Array.isArray(value) ? 'an array' : 'an object';
+}

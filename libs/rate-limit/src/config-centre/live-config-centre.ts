@@ -1,0 +1,53 @@
+import type { RateLimitOverride } from './rate-limit-config-centre.js';
+import { RateLimitConfigCentre } from './rate-limit-config-centre.js';
+
+/**
+ * A config centre whose values can be written while the app runs (`RateLimitManagementService`,
+ * the `nest-rate-limit-limits` CLI), over an optional base centre: a key's written values win field
+ * by field over the base's (`ConfigService`'s, say), which win over the decorator's. Written values
+ * are kept in memory, so `get` never waits; a deleted key falls back to the base, then the decorator.
+ */
+export abstract class LiveConfigCentre extends RateLimitConfigCentre {
+  /** Per key: the base's and the written values last merged, and the merge, returned while both stand. */
+  private readonly merged = new Map<
+    string,
+    { base: RateLimitOverride | undefined; written: RateLimitOverride; both: RateLimitOverride }
+  >();
+
+  constructor(private readonly base?: RateLimitConfigCentre) {
+    super();
+  }
+
+  get(configKey: string): RateLimitOverride | undefined {
+    const written = this.current(configKey);
+    const base = this.base?.get(configKey);
+    if (!written || !base) return written ?? base;
+    const last = this.merged.get(configKey);
+    if (last && last.base === base && last.written === written) return last.both;
+    const both = { ...base, ...withoutUnset(written) };
+    this.merged.set(configKey, { base, written, both });
+    return both;
+  }
+
+  /** The values written for a key as this instance holds them now (validated), or undefined. */
+  protected abstract current(configKey: string): RateLimitOverride | undefined;
+
+  /** The values written for every key, as the source of truth holds them now. */
+  abstract readAll(): Promise<Map<string, RateLimitOverride>>;
+
+  /** The values written for every key, as this instance holds them (what it serves while its source is away). */
+  abstract held(): Map<string, RateLimitOverride>;
+
+  /** Writes a key's values (already validated), for every instance; this one holds them at once. */
+  abstract write(configKey: string, values: RateLimitOverride): Promise<void>;
+
+  /** Deletes a key's values, for every instance; false when there were none. */
+  abstract remove(configKey: string): Promise<boolean>;
+}
+
+function withoutUnset(values: RateLimitOverride): RateLimitOverride {
+  const out: Record<string, unknown> = {};
+  for (const [field, value] of Object.entries(values))
+    if (value !== undefined && value !== null && value !== '') out[field] = value;
+  return out;
+}

@@ -1,0 +1,41 @@
+import { Injectable, Optional } from '@nestjs/common';
+import { ConfigService } from '@nestjs/config';
+import { LiveConfigCentre } from './live-config-centre.js';
+import { NestConfigCentre } from './nest-config-centre.js';
+import type { RateLimitOverride } from './rate-limit-config-centre.js';
+
+/**
+ * A live config centre in this process: values written through `RateLimitManagementService` apply
+ * from the next request, over `ConfigService`'s (when `ConfigModule` is imported). For a single
+ * instance, or the embedded store; instances that share counters share limits with `RedisConfigCentre`.
+ */
+@Injectable()
+export class MemoryConfigCentre extends LiveConfigCentre {
+  private readonly values = new Map<string, RateLimitOverride>();
+
+  constructor(@Optional() config?: ConfigService) {
+    super(config ? new NestConfigCentre(config) : undefined);
+  }
+
+  protected current(configKey: string): RateLimitOverride | undefined {
+    return this.values.get(configKey);
+  }
+
+  readAll(): Promise<Map<string, RateLimitOverride>> {
+    return Promise.resolve(this.held());
+  }
+
+  held(): Map<string, RateLimitOverride> {
+    return new Map(this.values);
+  }
+
+  write(configKey: string, values: RateLimitOverride): Promise<void> {
+    // A new object: the limiter validates a rule with a key's values once per object.
+    this.values.set(configKey, { ...values });
+    return Promise.resolve();
+  }
+
+  remove(configKey: string): Promise<boolean> {
+    return Promise.resolve(this.values.delete(configKey));
+  }
+}

@@ -1,0 +1,72 @@
+import { Injectable } from '@nestjs/common';
+import { KeyAuditSchedule } from '../audit/key-audit-schedule.js';
+import { RedisConfigCentre } from '../config-centre/redis-config-centre.js';
+import { RateLimitConfigCentre } from '../config-centre/rate-limit-config-centre.js';
+import type { CircuitBreakerState } from '../redis/redis-circuit-breaker.js';
+import { RedisService } from '../redis/redis.service.js';
+
+/** What `RateLimitHealthIndicator.isHealthy` reports under its key. */
+export interface RateLimitHealth {
+  /**
+   * `'down'`: Redis does not answer, or the circuit breaker is open (requests are decided by the
+   * store-error policy). `'degraded'`: Redis answers, but the live limits may miss changes or a key
+   * without a TTL was found. `'up'`: neither.
+   */
+  status: 'up' | 'degraded' | 'down';
+  store: 'redis' | 'memory';
+  redis?: 'up' | 'down';
+  breaker?: CircuitBreakerState;
+  scriptsLoaded?: boolean;
+  /** `RedisConfigCentre` only: whether news of every change reaches this instance. */
+  liveConfigInSync?: boolean;
+  /** Keys without a TTL at the last background audit (`keyAudit.intervalMs`); absent until one ran. */
+  keysWithoutTtl?: number;
+}
+
+/**
+ * A health indicator for `@nestjs/terminus` (which it does not import: its results are plain
+ * objects of terminus's shape), or any health endpoint:
+ *
+ * ```ts
+ * @Get('health') @HealthCheck()
+ * check() { return this.health.check([() => this.rateLimit.isHealthy()]); }
+ * ```
+ *
+ * Asks Redis (PING, SCRIPT EXISTS) within the call deadline; the key audit runs in the
+ * background, started by the first check, never per check.
+ */
+@Injectable()
+export class RateLimitHealthIndicator {
+  /** @internal Nest creates it. */
+  constructor(
+    private readonly redis: RedisService,
+    private readonly centre: RateLimitConfigCentre,
+    private readonly audit: KeyAuditSchedule,
+  ) {}
+
+  async isHealthy<const Key extends string = 'rate_limit'>(
+    key: Key = 'rate_limit' as Key,
+  ): Promise<Record<Key, RateLimitHealth>> {
+    return { [key]: await this.health() } as Record<Key, RateLimitHealth>;
+  }
+
+  private async health(): Promise<RateLimitHealth> {
+    if (!this.redis.isConfigured) return { status: 'up', store: 'memory' };
+    const keysWithoutTtl = this.audit.keysWithoutTtl;
+    const breaker = this.redis.circuitState;
+    const reachable = await this.redis.reachable();
+    const scriptsLoaded = reachable ? await this.redis.scriptsLoaded().catch(() => false) : false;
+    const health: RateLimitHealth = {
+      status: 'up',
+      store: 'redis',
+      redis: reachable ? 'up' : 'down',
+      breaker,
+      scriptsLoaded,
+    };
+    if (this.centre instanceof RedisConfigCentre) health.liveConfigInSync = this.centre.state.inSync;
+    if (keysWithoutTtl !== undefined) health.keysWithoutTtl = keysWithoutTtl;
+    if (!reachable || breaker === 'open') health.status = 'down';
+    else if (health.liveConfigInSync === false || (keysWithoutTtl ?? 0) > 0) health.status = 'degraded';
+    return health;
+  }
+}

@@ -1,0 +1,221 @@
+import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
+import { checkLimitValues } from '../config-centre/check-limit-values.js';
+import { LiveConfigCentre } from '../config-centre/live-config-centre.js';
+import { RedisConfigCentre } from '../config-centre/redis-config-centre.js';
+import { parseLimitSettings, settingsAsOverride, throwProblems } from '../config-centre/limit-settings.js';
+import { RuleThresholds, type Thresholds } from '../config-centre/rule-thresholds.js';
+import { RateLimitConfigCentre, type RateLimitOverride } from '../config-centre/rate-limit-config-centre.js';
+import type { RateLimitInspection } from '../limiter/rate-limit-inspection.js';
+import { RateLimiterService, type RateLimitRuleRef } from '../limiter/rate-limiter.service.js';
+import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
+import { RedisService } from '../redis/redis.service.js';
+import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
+import { RateLimitConfigurationError, type RateLimitRule, ruleOptions } from '../rules/rate-limit-rule.js';
+import { RuleCatalogue } from './rule-catalogue.js';
+import type { RateLimitAlgorithmName } from '../algorithms/algorithm.js';
+import type { RateLimitMode } from '../rules/rate-limit-rule.js';
+
+/** What a rule counts with. */
+export interface RateLimitRuleLimits {
+  count: number;
+  windowMs: number;
+  algorithm: RateLimitAlgorithmName;
+  mode: RateLimitMode;
+}
+
+/** A config key: the values written for it, and each rule that reads it. */
+export interface RateLimitLimitEntry {
+  configKey: string;
+  /** Written live (`set`), or undefined. */
+  written: RateLimitOverride | undefined;
+  rules: {
+    name: string;
+    declaredOn: string;
+    /** The decorator's (with the module's mode). */
+    declared: RateLimitRuleLimits;
+    /** In force on this instance now: the config centre's values where valid, else the decorator's. */
+    inForce: RateLimitRuleLimits;
+  }[];
+}
+
+/**
+ * Changing and watching limits while the app runs, for admin endpoints and the
+ * `nest-rate-limit-limits` CLI: `set`, `get`, `list` and `delete` the live values of a `configKey`
+ * (with `RedisConfigCentre` every instance applies them within milliseconds; with
+ * `MemoryConfigCentre` this one), `inspect` an identity's counter under a rule, and `reset` it.
+ * Every write is checked exactly as bootstrap checks decorators, against every rule that reads the
+ * key (this app's and, with Redis, those the other apps sharing it catalogued), before it is written.
+ */
+@Injectable()
+export class RateLimitManagementService implements OnApplicationBootstrap {
+  private readonly logger = new Logger('RateLimit');
+  private readonly catalogue: RuleCatalogue | undefined;
+  private readonly thresholds: RuleThresholds;
+
+  /** @internal Nest creates it. */
+  constructor(
+    private readonly centre: RateLimitConfigCentre,
+    private readonly registry: RateLimitRuleRegistry,
+    private readonly limiter: RateLimiterService,
+    private readonly redis: RedisService,
+    @Inject(RESOLVED_RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
+  ) {
+    // Apps whose limits live in Redis catalogue their rules there, for the CLI that changes them.
+    if (centre instanceof RedisConfigCentre) this.catalogue = new RuleCatalogue(redis, options.keyPrefix);
+    this.thresholds = new RuleThresholds(centre, options.mode);
+  }
+
+  async onApplicationBootstrap(): Promise<void> {
+    if (!this.catalogue) return;
+    await this.publishCatalogue();
+    // Redis down at the start, or back empty after a restart: catalogued again once it is back.
+    this.redis.whenReady(() => void this.publishCatalogue());
+  }
+
+  private async publishCatalogue(): Promise<void> {
+    try {
+      await this.catalogue?.publish(this.registry.all());
+    } catch (error) {
+      this.logger.warn(
+        `Cataloguing the rules in Redis failed (${String(error)}); the CLI knows them once Redis is back`,
+      );
+    }
+  }
+
+  /**
+   * Writes values for a config key, over those written before (a field given as `null` or `''` is
+   * unset): `set('orders.list', { count: 5000 })`. Throws `RateLimitConfigurationError`, writing
+   * nothing, for a key no rule reads or values a rule of the key would refuse.
+   */
+  async set(configKey: string, values: RateLimitOverride): Promise<RateLimitLimitEntry> {
+    const centre = this.live('set');
+    const rules = await this.rulesReading(configKey);
+    const merged: Record<string, unknown> = { ...(await centre.readAll()).get(configKey) };
+    for (const [field, value] of Object.entries(values ?? {})) {
+      if (value === null || value === '') delete merged[field];
+      else if (value !== undefined) merged[field] = value;
+    }
+    throwProblems(`RateLimitManagementService.set`, checkLimitValues(configKey, merged, rules));
+    await centre.write(configKey, settingsAsOverride(parseLimitSettings(merged).settings));
+    return this.entry(configKey, rules);
+  }
+
+  /** A config key's written values and rules. Throws for a key no rule reads. */
+  async get(configKey: string): Promise<RateLimitLimitEntry> {
+    return this.entry(configKey, await this.rulesReading(configKey));
+  }
+
+  /** Every config key that rules read or that has values written, in order. */
+  async list(): Promise<RateLimitLimitEntry[]> {
+    const rules = await this.knownRules();
+    const written = await this.written();
+    const keys = new Set([...rules.flatMap((rule) => rule.configKey ?? []), ...written.keys()]);
+    return Promise.all(
+      [...keys].sort().map((configKey) =>
+        this.entry(
+          configKey,
+          rules.filter((rule) => rule.configKey === configKey),
+          written,
+        ),
+      ),
+    );
+  }
+
+  /** Deletes a config key's written values: its rules fall back to the base centre's, then the decorator's. */
+  async delete(configKey: string): Promise<boolean> {
+    return this.live('delete').remove(configKey);
+  }
+
+  /** An identity's counter under a rule (by name), read without counting anything. */
+  async inspect(ruleName: string, identity: string): Promise<RateLimitInspection> {
+    return this.limiter.inspect(await this.ruleNamed(ruleName), identity);
+  }
+
+  /** Forgets an identity's counts and penalty under rules (by name), on every instance. */
+  async reset(ruleNames: string | readonly string[], identity: string): Promise<void> {
+    const names = typeof ruleNames === 'string' ? [ruleNames] : ruleNames;
+    const rules = await Promise.all(names.map((name) => this.ruleNamed(name)));
+    await this.limiter.reset(rules, identity);
+  }
+
+  private live(method: string): LiveConfigCentre {
+    if (this.centre instanceof LiveConfigCentre) return this.centre;
+    throw new RateLimitConfigurationError(
+      `RateLimitManagementService.${method}: the config centre (${this.centre.constructor.name}) cannot be written while the app runs; use RedisConfigCentre (or MemoryConfigCentre for one instance) as 'configCentre'`,
+    );
+  }
+
+  /**
+   * This app's rules, and those other apps catalogued under names this app has none of (while
+   * Redis is away, this app's alone).
+   */
+  private async knownRules(): Promise<RateLimitRule[]> {
+    const own = this.registry.all();
+    if (!this.catalogue) return own;
+    const names = new Set(own.map((rule) => rule.name));
+    // While Redis is away, an app knows its own rules; a process with none (the CLI) says why it knows none.
+    const catalogued = await this.catalogue.rules().catch((error: unknown) => {
+      if (own.length === 0) throw error;
+      return [];
+    });
+    return [...own, ...catalogued.filter((rule) => !names.has(rule.name))];
+  }
+
+  /** The values written, from their source; while it is away, as this instance holds them. */
+  private async written(): Promise<Map<string, RateLimitOverride>> {
+    if (!(this.centre instanceof LiveConfigCentre)) return new Map();
+    const centre = this.centre;
+    return centre.readAll().catch(() => centre.held());
+  }
+
+  private async rulesReading(configKey: string): Promise<RateLimitRule[]> {
+    if (typeof configKey !== 'string' || configKey.trim() === '') {
+      throw new RateLimitConfigurationError(`RateLimitManagementService: 'configKey' must be a non-empty string`);
+    }
+    const known = await this.knownRules();
+    const rules = known.filter((rule) => rule.configKey === configKey);
+    if (rules.length === 0) {
+      const keys = [...new Set(known.flatMap((rule) => rule.configKey ?? []))].sort();
+      throw new RateLimitConfigurationError(
+        `RateLimitManagementService: no rule reads config key ${JSON.stringify(configKey)} (config keys: ${JSON.stringify(keys)})`,
+      );
+    }
+    return rules;
+  }
+
+  private async ruleNamed(name: string): Promise<RateLimitRuleRef> {
+    const rules = (await this.knownRules()).filter((rule) => rule.name === name);
+    if (rules.length === 0) {
+      const names = [...new Set((await this.knownRules()).map((rule) => rule.name))].sort();
+      throw new RateLimitConfigurationError(
+        `RateLimitManagementService: no rule is named ${JSON.stringify(name)} (rules: ${JSON.stringify(names)})`,
+      );
+    }
+    // The registry's own rule where there is one: it says when two routes count a name differently.
+    if (this.registry.all().some((rule) => rule.name === name)) return name;
+    return { ...ruleOptions(rules[0]), name };
+  }
+
+  private async entry(
+    configKey: string,
+    rules: readonly RateLimitRule[],
+    written?: Map<string, RateLimitOverride>,
+  ): Promise<RateLimitLimitEntry> {
+    const values = (written ?? (await this.written())).get(configKey);
+    return {
+      configKey,
+      written: values,
+      rules: rules.map((rule) => ({
+        name: rule.name,
+        declaredOn: rule.declaredOn,
+        declared: limitsOf(this.thresholds.declaredOf(rule)),
+        // As the limiter reckons them for a request: the same checks, the same fallback.
+        inForce: limitsOf(this.thresholds.resolve(rule)),
+      })),
+    };
+  }
+}
+
+function limitsOf({ count, windowMs, algorithm, mode }: Thresholds): RateLimitRuleLimits {
+  return { count, windowMs, algorithm, mode };
+}

@@ -1,0 +1,222 @@
+import type { OnApplicationShutdown } from '@nestjs/common';
+import type { Histogram, Registry } from 'prom-client';
+import type { LiveConfigState } from '../config-centre/redis-config-centre.js';
+import type { RateLimitOutcome } from '../limiter/rate-limit-outcome.js';
+import type { CircuitBreakerState } from '../redis/redis-circuit-breaker.js';
+import { RedisTimeoutError } from '../redis/call-deadlines.js';
+import type { StoreObserver } from '../resilience/resilient-store.js';
+import type { DecisionObserver, RateLimitDecisionOutcome } from './decision-observer.js';
+import { isBrokenCircuitError } from 'cockatiel';
+
+const OUTCOMES: readonly RateLimitDecisionOutcome[] = [
+  'allowed',
+  'rejected',
+  'shadow_rejected',
+  'fallback_allowed',
+  'fallback_rejected',
+];
+
+/** Seconds: a Redis call on loopback takes tens of µs; the deadline is 100 ms by default. */
+const STORE_SECONDS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
+
+const BREAKER_STATES: readonly CircuitBreakerState[] = ['closed', 'half-open', 'open'];
+
+/** What the metrics read when scraped, not on the request path. */
+export interface MetricsSources {
+  circuitState(): CircuitBreakerState | undefined;
+  liveConfig(): LiveConfigState | undefined;
+  /** The last key audit's count of keys without a TTL, if one ran. */
+  keysWithoutTtl(): number | undefined;
+}
+
+type PromClient = typeof import('prom-client');
+
+/** Rule names labelled at most; decisions of rules named after them are counted under OTHER_RULES. */
+const MAX_RULE_LABELS = 1_000;
+const OTHER_RULES = '~other';
+
+/** Index of each outcome in a rule's counts. */
+const ALLOWED = 0;
+const REJECTED = 1;
+const SHADOW_REJECTED = 2;
+const FALLBACK_ALLOWED = 3;
+const FALLBACK_REJECTED = 4;
+
+/**
+ * The limiter's Prometheus metrics. Only the module's provider imports this file: its types are
+ * prom-client's, which an app without metrics need not have.
+ * Label values are rule names, outcomes and error kinds only,
+ * never identities or keys: their number is bounded by the code, not by traffic. On the request
+ * path a decision adds 1 to a plain number per rule, brought into the counters when the registry is
+ * scraped (prom-client's `inc` hashes its labels on every call: a fifth of a refusal's cost, measured
+ * with `npm run bench:core`); a store call is one histogram observation.
+ */
+export class RateLimitMetrics implements DecisionObserver, StoreObserver, OnApplicationShutdown {
+  private readonly names: string[] = [];
+  /** Per rule name, the decisions of each outcome (by the indices above) since the start. */
+  private readonly counts = new Map<string, Float64Array>();
+  private readonly storeSeconds: Histogram;
+  private readonly storeErrors = { timeout: 0, circuit_open: 0, error: 0 };
+  private blockCacheHits = 0;
+
+  constructor(
+    client: PromClient,
+    private readonly registry: Registry,
+    prefix: string,
+    sources: MetricsSources,
+  ) {
+    const registers = [registry];
+    const { counts } = this;
+    const storeErrors = this.storeErrors;
+    const counted = <T extends string>(
+      name: string,
+      help: string,
+      labelNames: readonly T[],
+      totals: () => Iterable<[Partial<Record<T, string>>, number]>,
+    ) => collectedCounter(client, registers, name, help, labelNames, totals);
+    counted(
+      `${prefix}decisions_total`,
+      'Decisions of each rule, by what the rule did to the request',
+      ['rule', 'outcome'],
+      function* () {
+        for (const [rule, byOutcome] of counts) {
+          for (const [i, outcome] of OUTCOMES.entries()) yield [{ rule, outcome }, byOutcome[i]];
+        }
+      },
+    );
+    this.storeSeconds = new client.Histogram({
+      name: `${prefix}store_duration_seconds`,
+      help: 'Time of each call to the shared store (Redis), failed ones included',
+      buckets: STORE_SECONDS,
+      registers,
+    });
+    counted(
+      `${prefix}store_errors_total`,
+      'Failed store calls: timeout (past storeErrors.timeoutMs), circuit_open (not sent), error',
+      ['kind'],
+      () => Object.entries(storeErrors).map(([kind, total]) => [{ kind }, total] as [{ kind: string }, number]),
+    );
+    counted(
+      `${prefix}block_cache_hits_total`,
+      'Requests refused by the local block cache, without a store call',
+      [],
+      () => [[{}, this.blockCacheHits]],
+    );
+    new client.Gauge({
+      name: `${prefix}circuit_breaker_state`,
+      help: 'The circuit breaker around Redis: 1 for its current state',
+      labelNames: ['state'],
+      registers,
+      collect() {
+        const current = sources.circuitState();
+        for (const state of BREAKER_STATES) this.set({ state }, current === state ? 1 : 0);
+      },
+    });
+    this.liveConfigMetrics(client, registers, prefix, sources);
+    new client.Gauge({
+      name: `${prefix}keys_without_ttl`,
+      help: 'Keys under the prefix without a TTL at the last background key audit (should be 0)',
+      registers,
+      collect() {
+        const count = sources.keysWithoutTtl();
+        if (count !== undefined) this.set(count);
+      },
+    });
+    for (const name of [
+      'decisions_total',
+      'store_duration_seconds',
+      'store_errors_total',
+      'block_cache_hits_total',
+      'circuit_breaker_state',
+      'config_reloads_total',
+      'config_refused_total',
+      'config_in_sync',
+      'keys_without_ttl',
+    ]) {
+      this.names.push(`${prefix}${name}`);
+    }
+  }
+
+  /** Takes its metrics out of the registry, so an app started again in this process can register them. */
+  onApplicationShutdown(): void {
+    for (const metric of this.registry.getMetricsAsArray()) {
+      const { name } = metric as unknown as { name: string };
+      if (this.names.includes(name)) this.registry.removeSingleMetric(name);
+    }
+  }
+
+  /** Counts each rule's decision of one request. */
+  decided(outcome: RateLimitOutcome): void {
+    for (const decision of outcome.decisions) {
+      let byOutcome = this.counts.get(decision.rule.name);
+      if (!byOutcome) {
+        // Rules given to `consume` as options may take names from data: past the bound, one series.
+        const name = this.counts.size < MAX_RULE_LABELS ? decision.rule.name : OTHER_RULES;
+        byOutcome = this.counts.get(name) ?? new Float64Array(OUTCOMES.length);
+        this.counts.set(name, byOutcome);
+      }
+      let counted: number;
+      if (!decision.allowed && decision.mode === 'shadow') counted = SHADOW_REJECTED;
+      else if (decision.fallback) counted = decision.allowed ? FALLBACK_ALLOWED : FALLBACK_REJECTED;
+      else counted = decision.allowed ? ALLOWED : REJECTED;
+      byOutcome[counted] += 1;
+    }
+  }
+
+  called(seconds: number, error: unknown): void {
+    this.storeSeconds.observe(seconds);
+    if (error === undefined) return;
+    if (error instanceof RedisTimeoutError) this.storeErrors.timeout += 1;
+    else if (isBrokenCircuitError(error)) this.storeErrors.circuit_open += 1;
+    else this.storeErrors.error += 1;
+  }
+
+  blockCacheHit(): void {
+    this.blockCacheHits += 1;
+  }
+
+  private liveConfigMetrics(client: PromClient, registers: Registry[], prefix: string, sources: MetricsSources) {
+    if (!sources.liveConfig()) return;
+    const total = (field: 'reloads' | 'refused') => (): [object, number][] => [
+      [{}, sources.liveConfig()?.[field] ?? 0],
+    ];
+    const reloads = 'Full reads of the live limits (at start, after a gap, periodically)';
+    collectedCounter(client, registers, `${prefix}config_reloads_total`, reloads, [], total('reloads'));
+    const refused = 'Live limit values refused as invalid (the last good value stayed)';
+    collectedCounter(client, registers, `${prefix}config_refused_total`, refused, [], total('refused'));
+    new client.Gauge({
+      name: `${prefix}config_in_sync`,
+      help: 'Whether news of every live limit change reaches this instance (1) or may be missed (0)',
+      registers,
+      collect() {
+        this.set(sources.liveConfig()?.inSync ? 1 : 0);
+      },
+    });
+  }
+}
+
+/** A counter whose totals are kept elsewhere, as plain numbers, and brought up to date when it is scraped. */
+function collectedCounter<T extends string>(
+  client: PromClient,
+  registers: Registry[],
+  name: string,
+  help: string,
+  labelNames: readonly T[],
+  totals: () => Iterable<[Partial<Record<T, string>>, number]>,
+): void {
+  const seen = new Map<string, number>();
+  new client.Counter({
+    name,
+    help,
+    labelNames,
+    registers,
+    collect() {
+      for (const [labels, total] of totals()) {
+        const id = JSON.stringify(labels);
+        const delta = total - (seen.get(id) ?? 0);
+        if (delta > 0) this.inc(labels, delta);
+        seen.set(id, total);
+      }
+    },
+  });
+}

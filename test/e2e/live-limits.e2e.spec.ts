@@ -1,0 +1,153 @@
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type DemoProcess, ROOT, startDemoProcess } from '../support/demo-process.js';
+import { until } from '../support/poll.js';
+import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { uniquePrefix } from '../support/test-app.js';
+
+/**
+ * What an operator does during an incident, as the README shows it: three demo processes on one
+ * Redis, limits changed with the package's CLI (`nest-rate-limit-limits`, as `npm run limits` runs
+ * it), read back over each instance's admin endpoint, and obeyed by the next requests.
+ */
+
+const INSTANCES = 3;
+const TOKEN = 'test-admin-token';
+/** How long a change may take to reach every instance. */
+const PROPAGATION_BOUND_MS = 1_000;
+const CLI = join(ROOT, 'libs/rate-limit/dist/management/limits.cli.js');
+
+interface CliResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+describe('limits changed live across three instances (processes)', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rl-live-e2e-'));
+  const persisted = ['--dir', dir, '--appendonly', 'yes', '--appendfsync', 'always'];
+  let server: RedisServer;
+  const demos: DemoProcess[] = [];
+  const env = { RATE_LIMIT_PREFIX: uniquePrefix(), ADMIN_TOKEN: TOKEN };
+
+  beforeAll(async () => {
+    server = await startRedisServer(persisted);
+    await Promise.all(
+      Array.from({ length: INSTANCES }, () => startDemoProcess({ ...env, REDIS_URL: server.url }, demos)),
+    );
+  }, 60_000);
+
+  afterAll(async () => {
+    await Promise.all(demos.map((demo) => demo.stop()));
+    await server?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  async function limits(...args: string[]): Promise<CliResult> {
+    try {
+      const { stdout, stderr } = await promisify(execFile)(process.execPath, [CLI, ...args], {
+        env: { ...process.env, ...env, REDIS_URL: server.url },
+      });
+      return { code: 0, stdout, stderr };
+    } catch (error) {
+      const failed = error as { code: number; stdout: string; stderr: string };
+      return { code: failed.code, stdout: failed.stdout, stderr: failed.stderr };
+    }
+  }
+
+  /** The count in force for demo.config on an instance, as its admin endpoint reports it. */
+  async function countIn(demo: DemoProcess): Promise<number> {
+    const response = await fetch(`${demo.url}/admin/limits/demo.config`, {
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
+    const entry = (await response.json()) as { rules: { inForce: { count: number } }[] };
+    return entry.rules[0].inForce.count;
+  }
+
+  async function everyInstanceAt(count: number, what: string): Promise<number> {
+    const started = performance.now();
+    await until(async () => (await Promise.all(demos.map(countIn))).every((n) => n === count), {
+      timeoutMs: PROPAGATION_BOUND_MS,
+      intervalMs: 10,
+      what,
+    });
+    return performance.now() - started;
+  }
+
+  const statusOf = async (demo: DemoProcess) => (await fetch(`${demo.url}/config`)).status;
+
+  it('a set reaches every instance within a second; a bad value is refused; a delete falls back', async () => {
+    expect(await Promise.all(demos.map(countIn))).toEqual([10, 10, 10]);
+    const set = await limits('set', 'demo.config', 'count=3');
+    expect(set.code).toBe(0);
+    expect(JSON.parse(set.stdout)).toMatchObject({ configKey: 'demo.config', written: { count: 3 } });
+    expect(await everyInstanceAt(3, 'count 3 on every instance')).toBeLessThan(PROPAGATION_BOUND_MS);
+    // One counter for the route, shared: 3 admitted across the instances, then 429.
+    const answers = [];
+    for (let i = 0; i < 5; i += 1) answers.push(await statusOf(demos[i % INSTANCES]));
+    expect(answers).toEqual([200, 200, 200, 429, 429]);
+
+    const bad = await limits('set', 'demo.config', 'count=-1');
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/config key 'demo.config': 'count' must be a positive whole number, got "-1"/);
+    const typo = await limits('set', 'demo.cnofig', 'count=5');
+    expect(typo.code).toBe(2);
+    expect(typo.stderr).toMatch(/no rule reads config key "demo.cnofig"/);
+    expect(await Promise.all(demos.map(countIn))).toEqual([3, 3, 3]);
+
+    expect((await limits('delete', 'demo.config')).code).toBe(0);
+    expect(await everyInstanceAt(10, 'the decorator count on every instance')).toBeLessThan(PROPAGATION_BOUND_MS);
+  });
+
+  it('a Redis restart in between loses nothing: values kept while it is away, new ones after', async () => {
+    expect((await limits('set', 'demo.config', 'count=4', 'window=30s')).code).toBe(0);
+    await everyInstanceAt(4, 'count 4 on every instance');
+    const port = server.port;
+    await server.stop();
+    expect(await Promise.all(demos.map(countIn))).toEqual([4, 4, 4]);
+    server = await startRedisServer(persisted, port);
+    // Kept by Redis (AOF) and by every instance: still 4 once they are back.
+    const get = await limits('get', 'demo.config');
+    expect(JSON.parse(get.stdout)).toMatchObject({ written: { count: 4, window: 30_000 } });
+    expect((await limits('set', 'demo.config', 'count=6')).code).toBe(0);
+    // Re-subscribed after the restart; the bound also covers their reconnect, which ioredis paces.
+    await until(async () => (await Promise.all(demos.map(countIn))).every((n) => n === 6), {
+      timeoutMs: 10_000,
+      intervalMs: 10,
+      what: 'count 6 on every instance after the restart',
+    });
+    expect((await limits('set', 'demo.config', 'count=7')).code).toBe(0);
+    expect(await everyInstanceAt(7, 'count 7 on every instance')).toBeLessThan(PROPAGATION_BOUND_MS);
+    // The written window stayed: a set changes only the fields it names.
+    expect(JSON.parse((await limits('get', 'demo.config')).stdout)).toMatchObject({
+      written: { count: 7, window: 30_000 },
+    });
+  });
+
+  it('inspects and resets an identity from the CLI', async () => {
+    expect((await limits('delete', 'demo.config')).code).toBe(0);
+    await everyInstanceAt(10, 'the decorator count on every instance');
+    for (let i = 0; i < 3; i += 1) await fetch(`${demos[i].url}/ip`);
+    const inspected = await limits('inspect', 'LimitsController.byIp', '127.0.0.1');
+    expect(JSON.parse(inspected.stdout)).toMatchObject({ rule: 'LimitsController.byIp', used: 3, remaining: 2 });
+    expect((await limits('reset', 'LimitsController.byIp', '127.0.0.1')).code).toBe(0);
+    expect(JSON.parse((await limits('inspect', 'LimitsController.byIp', '127.0.0.1')).stdout)).toMatchObject({
+      used: 0,
+    });
+    const unknown = await limits('inspect', 'NoSuch.rule', 'x');
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toMatch(/no rule is named "NoSuch.rule" \(rules: \[.*"LimitsController.byIp".*\]\)/);
+    const usage = await limits('frobnicate');
+    expect(usage.code).toBe(2);
+    expect(usage.stderr).toMatch(/unknown command 'frobnicate'/);
+  });
+
+  it('the admin endpoints refuse a wrong token', async () => {
+    const response = await fetch(`${demos[0].url}/admin/limits`, { headers: { authorization: 'Bearer nope' } });
+    expect(response.status).toBe(401);
+  });
+});

@@ -1,0 +1,105 @@
+import type { INestApplication } from '@nestjs/common';
+import { ConfigModule } from '@nestjs/config';
+import { Test } from '@nestjs/testing';
+import { type ExecutionContext } from '@nestjs/common';
+import { SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
+import { RateLimit, RateLimitModule, type RateLimitWsError } from 'nest-rate-limit';
+import { type Socket, io } from 'socket.io-client';
+import { afterEach, expect, it } from 'vitest';
+import { describeStores } from '../support/matrix.js';
+import { uniquePrefix } from '../support/test-app.js';
+
+/** A socket.io client's own id: one counter per connection. */
+function connectionOf(context: ExecutionContext): string {
+  return context.switchToWs().getClient<{ id: string }>().id;
+}
+
+@WebSocketGateway()
+class ChatGateway {
+  /** 2 a minute per client address (the handshake's). */
+  @SubscribeMessage('ping')
+  @RateLimit({ count: 2, window: '1m' })
+  ping() {
+    return 'pong';
+  }
+
+  /** 1 a minute per connection. */
+  @SubscribeMessage('shout')
+  @RateLimit({ count: 1, window: '1m', by: connectionOf })
+  shout() {
+    return 'heard';
+  }
+}
+
+describeStores('@RateLimit on WebSocket gateways (socket.io)', (store) => {
+  let app: INestApplication | undefined;
+  const sockets: Socket[] = [];
+
+  afterEach(async () => {
+    for (const socket of sockets.splice(0)) socket.disconnect();
+    await app?.close();
+    app = undefined;
+  });
+
+  async function start(): Promise<string> {
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        ConfigModule.forRoot({ isGlobal: true, ignoreEnvFile: true }),
+        RateLimitModule.forRoot({ redis: await store.redis(), keyPrefix: uniquePrefix() }),
+      ],
+      providers: [ChatGateway],
+    }).compile();
+    app = moduleRef.createNestApplication({ logger: false });
+    await app.listen(0, '127.0.0.1');
+    return app.getUrl();
+  }
+
+  async function connect(url: string): Promise<Socket> {
+    const socket = io(url.replace('[::1]', '127.0.0.1'), { transports: ['websocket'], forceNew: true });
+    sockets.push(socket);
+    await new Promise<void>((resolve, reject) => {
+      socket.once('connect', () => resolve());
+      socket.once('connect_error', reject);
+    });
+    return socket;
+  }
+
+  /** Sends a message: its acknowledgement, or the `exception` event Nest's gateway filter emits. */
+  function send(socket: Socket, event: string): Promise<{ ack: unknown } | { exception: RateLimitWsError }> {
+    return new Promise((resolve) => {
+      const onException = (exception: RateLimitWsError) => resolve({ exception });
+      socket.once('exception', onException);
+      socket.emit(event, {}, (ack: unknown) => {
+        socket.off('exception', onException);
+        resolve({ ack });
+      });
+    });
+  }
+
+  it('acknowledges messages up to the limit, then sends an exception with the retry time', async () => {
+    const url = await start();
+    const socket = await connect(url);
+    expect(await send(socket, 'ping')).toEqual({ ack: 'pong' });
+    expect(await send(socket, 'ping')).toEqual({ ack: 'pong' });
+    const rejected = await send(socket, 'ping');
+    expect(rejected).toEqual({
+      exception: {
+        status: 'error',
+        message: "Too many requests (rate limit 'ChatGateway.ping'); retry in 60 s",
+        retryAfter: 60,
+        rule: 'ChatGateway.ping',
+      },
+    });
+    // Counted per client address: another connection from the same address shares the counter.
+    const other = await connect(url);
+    expect(await send(other, 'ping')).toMatchObject({ exception: { retryAfter: 60 } });
+  });
+
+  it('counts by an identity from the client', async () => {
+    const url = await start();
+    const [first, second] = [await connect(url), await connect(url)];
+    expect(await send(first, 'shout')).toEqual({ ack: 'heard' });
+    expect(await send(first, 'shout')).toMatchObject({ exception: { rule: 'ChatGateway.shout' } });
+    expect(await send(second, 'shout')).toEqual({ ack: 'heard' });
+  });
+});

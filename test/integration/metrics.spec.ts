@@ -1,0 +1,202 @@
+import { Controller, Get, type INestApplication } from '@nestjs/common';
+import { RateLimit, RateLimitManagementService, RateLimiterService, RedisConfigCentre } from 'nest-rate-limit';
+import { Registry, register } from 'prom-client';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { createTestApp, uniquePrefix } from '../support/test-app.js';
+import { statuses } from '../support/traffic.js';
+
+@Controller('metered')
+class MeteredController {
+  @Get('enforced')
+  @RateLimit({ name: 'enforced', count: 2, window: '1m', by: 'global' })
+  enforced() {
+    return {};
+  }
+
+  @Get('tried')
+  @RateLimit({ name: 'tried', count: 1, window: '1m', by: 'global', mode: 'shadow' })
+  tried() {
+    return {};
+  }
+
+  @Get('live')
+  @RateLimit({ name: 'live', count: 5, window: '1m', by: 'global', configKey: 'metered.live' })
+  live() {
+    return {};
+  }
+}
+
+/** One sample of the text exposition format: name, labels, value. */
+interface Sample {
+  name: string;
+  labels: Record<string, string>;
+  value: number;
+}
+
+/** Parses Prometheus's text format as a scraper reads it (comments skipped). */
+function parse(text: string): Sample[] {
+  return text
+    .split('\n')
+    .filter((line) => line !== '' && !line.startsWith('#'))
+    .map((line) => {
+      const match = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
+      if (!match) throw new Error(`Not a sample line: ${line}`);
+      const labels: Record<string, string> = {};
+      for (const pair of (match[2] ?? '').match(/[a-zA-Z_]\w*="(?:[^"\\]|\\.)*"/g) ?? []) {
+        const at = pair.indexOf('=');
+        labels[pair.slice(0, at)] = JSON.parse(pair.slice(at + 1)) as string;
+      }
+      return { name: match[1], labels, value: Number(match[3]) };
+    });
+}
+
+function value(samples: Sample[], name: string, labels: Record<string, string> = {}): number | undefined {
+  return samples.find(
+    (sample) => sample.name === name && Object.entries(labels).every(([label, v]) => sample.labels[label] === v),
+  )?.value;
+}
+
+describe('Prometheus metrics', () => {
+  let server: RedisServer;
+  let app: INestApplication | undefined;
+
+  beforeAll(async () => {
+    server = await startRedisServer();
+  });
+
+  afterEach(async () => {
+    await app?.close();
+    app = undefined;
+  });
+
+  afterAll(() => server?.stop());
+
+  async function start(registry: Registry, extra: object = {}) {
+    app = await createTestApp({
+      controllers: [MeteredController],
+      rateLimit: {
+        redis: server.url,
+        keyPrefix: uniquePrefix(),
+        configCentre: RedisConfigCentre,
+        metrics: { registry },
+        ...extra,
+      },
+    });
+    return app;
+  }
+
+  it('exposes the documented series with the values of a scripted scenario', async () => {
+    const registry = new Registry();
+    await start(registry);
+    // 2 admitted, then refused by Redis, then by the block cache without a call.
+    expect(await statuses(app!, '/metered/enforced', 4)).toEqual([200, 200, 429, 429]);
+    // Shadow: never refused; 2 would-be rejections.
+    expect(await statuses(app!, '/metered/tried', 3)).toEqual([200, 200, 200]);
+    const admin = app!.get(RateLimitManagementService);
+    await admin.set('metered.live', { count: 1 });
+    await expect(admin.set('metered.live', { count: 'x' })).rejects.toThrow();
+
+    const samples = parse(await registry.metrics());
+    const decisions = (rule: string, outcome: string) =>
+      value(samples, 'rate_limit_decisions_total', { rule, outcome }) ?? 0;
+    expect(decisions('enforced', 'allowed')).toBe(2);
+    expect(decisions('enforced', 'rejected')).toBe(2);
+    expect(decisions('tried', 'allowed')).toBe(1);
+    expect(decisions('tried', 'shadow_rejected')).toBe(2);
+    expect(decisions('tried', 'rejected')).toBe(0);
+    // The 4th enforced request, and the 3rd shadowed one: their keys were refused until their reset.
+    expect(value(samples, 'rate_limit_block_cache_hits_total')).toBe(2);
+    // Every call that reached Redis is timed: 3 for the enforced route, 2 for the shadowed one (a
+    // request decided again without its only rule, a shadowed one, needs no call).
+    expect(value(samples, 'rate_limit_store_duration_seconds_count')).toBe(3 + 2);
+    expect(value(samples, 'rate_limit_store_errors_total', { kind: 'timeout' }) ?? 0).toBe(0);
+    expect(value(samples, 'rate_limit_circuit_breaker_state', { state: 'closed' })).toBe(1);
+    expect(value(samples, 'rate_limit_circuit_breaker_state', { state: 'open' })).toBe(0);
+    expect(value(samples, 'rate_limit_config_in_sync')).toBe(1);
+    expect(value(samples, 'rate_limit_config_reloads_total')).toBeGreaterThanOrEqual(1);
+    expect(value(samples, 'rate_limit_config_refused_total')).toBe(0);
+  });
+
+  it('counts what the fallback decides, and store errors by kind, while Redis is out', async () => {
+    const own = await startRedisServer();
+    const registry = new Registry();
+    try {
+      app = await createTestApp({
+        controllers: [MeteredController],
+        rateLimit: {
+          redis: own.url,
+          keyPrefix: uniquePrefix(),
+          metrics: { registry, prefix: 'edge_' },
+          storeErrors: { timeoutMs: 50, circuitBreaker: false },
+        },
+      });
+      await own.kill();
+      // The 'local' fallback: at most count / expectedInstances (1) for a key Redis never reported on.
+      expect(await statuses(app, '/metered/enforced', 3)).toEqual([200, 429, 429]);
+      const samples = parse(await registry.metrics());
+      expect(value(samples, 'edge_decisions_total', { rule: 'enforced', outcome: 'fallback_allowed' })).toBe(1);
+      expect(value(samples, 'edge_decisions_total', { rule: 'enforced', outcome: 'fallback_rejected' })).toBe(2);
+      const errors = samples.filter((sample) => sample.name === 'edge_store_errors_total');
+      expect(errors.reduce((sum, sample) => sum + sample.value, 0)).toBe(3);
+      expect(errors.every((sample) => ['timeout', 'error', 'circuit_open'].includes(sample.labels.kind))).toBe(true);
+      expect(value(samples, 'edge_store_duration_seconds_count')).toBe(3);
+    } finally {
+      await own.stop();
+    }
+  });
+
+  it('never has an identity or a key in a label value, even after 10,000 identities', async () => {
+    const registry = new Registry();
+    await start(registry);
+    const limiter = app!.get(RateLimiterService);
+    const rule = { name: 'per-user', count: 1, window: '1m' };
+    for (let i = 0; i < 10_000; i += 1) {
+      const identity = `user-${i}`;
+      await limiter.consume(rule, identity);
+      if (i % 10 === 0) await limiter.consume(rule, identity);
+    }
+    const samples = parse(await registry.metrics());
+    expect(value(samples, 'rate_limit_decisions_total', { rule: 'per-user', outcome: 'allowed' })).toBe(10_000);
+    expect(value(samples, 'rate_limit_decisions_total', { rule: 'per-user', outcome: 'rejected' })).toBe(1_000);
+    const allowed = new Set([
+      'per-user',
+      'enforced',
+      'tried',
+      'live',
+      'allowed',
+      'rejected',
+      'shadow_rejected',
+      'fallback_allowed',
+      'fallback_rejected',
+      'timeout',
+      'error',
+      'circuit_open',
+      'closed',
+      'half-open',
+      'open',
+    ]);
+    const labelValues = new Set(
+      samples.flatMap((sample) =>
+        Object.entries(sample.labels)
+          .filter(([l]) => l !== 'le')
+          .map(([, v]) => v),
+      ),
+    );
+    expect([...labelValues].filter((v) => !allowed.has(v))).toEqual([]);
+    expect(samples.length).toBeLessThan(100);
+  });
+
+  it('registers nothing without the option, and frees its names when the app closes', async () => {
+    app = await createTestApp({ controllers: [MeteredController], rateLimit: { keyPrefix: uniquePrefix() } });
+    expect(register.getSingleMetric('rate_limit_decisions_total')).toBeUndefined();
+    await app.close();
+    // The default registry, twice in one process: the first app's metrics leave with it.
+    app = await createTestApp({ controllers: [MeteredController], rateLimit: { metrics: true } });
+    expect(register.getSingleMetric('rate_limit_decisions_total')).toBeDefined();
+    await app.close();
+    expect(register.getSingleMetric('rate_limit_decisions_total')).toBeUndefined();
+    app = await createTestApp({ controllers: [MeteredController], rateLimit: { metrics: true } });
+    expect(await statuses(app, '/metered/enforced', 1)).toEqual([200]);
+  });
+});
