@@ -1,4 +1,5 @@
-import { Cluster, type Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
+import { mastersOf } from '../redis/masters.js';
 import { liveConfigKeys } from '../store/key-layout.js';
 
 export interface KeyAuditOptions {
@@ -29,7 +30,7 @@ export interface KeyAuditReport {
  * and EXPIRE as two commands did, and its users were banned until someone noticed.
  */
 export async function auditRateLimitKeys(client: Redis | Cluster, options: KeyAuditOptions): Promise<KeyAuditReport> {
-  const nodes = client instanceof Cluster ? client.nodes('master') : [client];
+  const nodes = mastersOf(client);
   const report: KeyAuditReport = { scanned: 0, withoutTtl: [], withoutTtlCount: 0, repaired: 0 };
   const maxListed = options.maxListed ?? Infinity;
   // The live limits (`RedisConfigCentre`) are kept until deleted, by design.

@@ -7,7 +7,7 @@ import {
   Optional,
 } from '@nestjs/common';
 import { ConfigService } from '@nestjs/config';
-import { REJECTION_LOG_MAX_KEYS } from '../module/defaults.js';
+import { RATE_LIMIT_DEFAULTS, REJECTION_LOG_MAX_KEYS } from '../module/defaults.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
 import { SampledLogger } from '../logging/sampled-logger.js';
 import { RedisScript } from '../redis/redis-script.js';
@@ -23,13 +23,17 @@ import type { RateLimitOverride } from './rate-limit-config-centre.js';
 /** How long an operator's write waits for a replica to have it. */
 const REPLICA_CONFIRM_MS = 1_000;
 
-/** Writes a key's values (or deletes them, given none) and announces the key, in one atomic call. */
+/**
+ * Writes a key's values (or deletes them, given none) and announces the key, in one atomic call.
+ * Replies with the number of values deleted (0 when there were none), or 1 for a write.
+ */
 const WRITE_SCRIPT = new RedisScript(
   'config-write',
   `
-if ARGV[2] == '' then redis.call('HDEL', KEYS[1], ARGV[1]) else redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+local changed = 1
+if ARGV[2] == '' then changed = redis.call('HDEL', KEYS[1], ARGV[1]) else redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
 redis.call('PUBLISH', ARGV[3], ARGV[1])
-return 1
+return changed
 `,
 );
 
@@ -92,10 +96,11 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
       );
     }
     this.keys = liveConfigKeys(options.keyPrefix);
-    const { logging } = options;
+    // Sampled as rejection lines are, and written whatever `logging` says: a refused limit is news.
+    const { intervalMs, maxLinesPerSecond } = options.logging || RATE_LIMIT_DEFAULTS.logging;
     this.refusals = new SampledLogger(this.logger, {
-      intervalMs: logging ? logging.intervalMs : 10_000,
-      maxLinesPerSecond: logging ? logging.maxLinesPerSecond : 5,
+      intervalMs,
+      maxLinesPerSecond,
       level: 'warn',
       maxKeys: REJECTION_LOG_MAX_KEYS,
       summary: 'Refused values of other config keys',
@@ -182,12 +187,11 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
   }
 
   async remove(configKey: string): Promise<boolean> {
-    const had = (await this.redis.operation(this.redis.client.hexists(this.keys.hash, configKey), 'HEXISTS')) === 1;
     const before = this.texts.get(configKey);
-    await this.redis.runOperation(WRITE_SCRIPT, [this.keys.hash], [configKey, '', this.keys.channel]);
+    const deleted = await this.redis.runOperation(WRITE_SCRIPT, [this.keys.hash], [configKey, '', this.keys.channel]);
     await this.confirmReplicated(configKey);
     if (this.texts.get(configKey) === before) this.arrive(configKey, null);
-    return had;
+    return deleted === 1;
   }
 
   private async confirmReplicated(configKey: string): Promise<void> {

@@ -19,7 +19,7 @@ export class RateLimitException extends HttpException {
     readonly retryAfterSeconds: number,
     /** Name of the rule that rejected the request. */
     readonly ruleName: string,
-    message = `Too many requests (rate limit '${ruleName}'); retry in ${retryAfterSeconds} s`,
+    message = rejectionMessage(ruleName, retryAfterSeconds),
   ) {
     const body: RateLimitExceptionBody = {
       statusCode: HttpStatus.TOO_MANY_REQUESTS,
@@ -29,4 +29,9 @@ export class RateLimitException extends HttpException {
     };
     super(body, HttpStatus.TOO_MANY_REQUESTS);
   }
+}
+
+/** What every rejection says, over HTTP, GraphQL and WebSocket alike. */
+export function rejectionMessage(rule: string, retryAfterSeconds: number): string {
+  return `Too many requests (rate limit '${rule}'); retry in ${retryAfterSeconds} s`;
 }

@@ -15,7 +15,7 @@ import { RateLimiterService } from '../limiter/rate-limiter.service.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
 import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
 import { SUPPORTED_HANDLERS, RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
-import { RateLimitGraphQLError, wsRejection } from '../transports/rate-limit-rejections.js';
+import { RateLimitGraphQLError, loadWsRejection } from '../transports/rate-limit-rejections.js';
 import { invocationOf, transportOf } from '../transports/limited-context.js';
 
 /**
@@ -62,7 +62,10 @@ export class RateLimitGuard implements CanActivate {
     if (transport === 'http') return this.answerHttp(outcome, context);
     if (outcome.allowed) return true;
     const rejected = outcome.reported!;
-    if (transport === 'ws') throw await wsRejection(retryAfterSeconds(rejected), rejected.rule.name);
+    if (transport === 'ws') {
+      const reject = await loadWsRejection();
+      throw withoutStack(() => reject(retryAfterSeconds(rejected), rejected.rule.name));
+    }
     this.setRetryAfter(context, rejected);
     throw withoutStack(() => this.createException(rejected, context));
   }

@@ -42,24 +42,31 @@ export class HitPreparation {
    * For an HTTP request: identity and cost from the rule's `by` and `cost`. At once (no promise) for
    * `by: 'ip' | 'global'` with a fixed cost, most rules: promises per rule per request add up.
    */
-  forRequest(rule: RateLimitRule, context: ExecutionContext): PreparedRule | Promise<PreparedRule> {
+  forRequest(
+    rule: RateLimitRule,
+    thresholds: Thresholds,
+    context: ExecutionContext,
+  ): PreparedRule | Promise<PreparedRule> {
     const { by, cost } = rule;
     if (typeof by !== 'function' && typeof cost === 'number') {
-      return this.prepared(rule, by === 'global' ? 'global' : this.clientAddress(rule, context), cost);
+      return this.prepared(rule, thresholds, by === 'global' ? 'global' : this.clientAddress(rule, context), cost);
     }
     return Promise.all([this.identify(rule, context), this.costOf(rule, context)]).then(([identity, resolved]) =>
-      this.prepared(rule, identity, resolved),
+      this.prepared(rule, thresholds, identity, resolved),
     );
   }
 
-  /** Whether the rule is `'off'` now (its mode, its config key's, or the module's). */
-  isOff(rule: RateLimitRule): boolean {
-    return this.thresholds.resolve(rule).mode === 'off';
+  /**
+   * The thresholds in force for a rule now: the config centre's, read on every request. First, so
+   * that a rule turned `'off'` is not prepared at all (its resolvers do not run).
+   */
+  thresholdsOf(rule: RateLimitRule): Thresholds {
+    return this.thresholds.resolve(rule);
   }
 
   /** Outside HTTP: the identity and cost as the caller gives them (see `identityOf`). */
-  forIdentity(rule: RateLimitRule, identity: string, cost: number): PreparedRule {
-    return this.prepared(rule, this.identityOf(rule, identity), cost);
+  forIdentity(rule: RateLimitRule, thresholds: Thresholds, identity: string, cost: number): PreparedRule {
+    return this.prepared(rule, thresholds, this.identityOf(rule, identity), cost);
   }
 
   /**
@@ -80,8 +87,7 @@ export class HitPreparation {
     return rule.by === 'ip' ? clientAddressIdentity(identity, this.ipv6PrefixBits) : identity;
   }
 
-  private prepared(rule: RateLimitRule, identity: string | null, cost: number): PreparedRule {
-    const thresholds = this.thresholds.resolve(rule);
+  private prepared(rule: RateLimitRule, thresholds: Thresholds, identity: string | null, cost: number): PreparedRule {
     return {
       rule,
       identity: identity ?? ANONYMOUS_IDENTITY,

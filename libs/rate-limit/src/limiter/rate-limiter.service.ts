@@ -89,10 +89,13 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
    * Decides one HTTP request against all its rules. Rejects (without counting anything) when an
    * identity or cost resolver throws, e.g. a `BadRequestException` for a missing API key.
    */
-  async check(all: readonly RateLimitRule[], context: ExecutionContext): Promise<RateLimitOutcome> {
-    // A rule turned off is not prepared either: its identity and cost resolvers do not run.
-    const rules = all.some((rule) => this.hits.isOff(rule)) ? all.filter((rule) => !this.hits.isOff(rule)) : all;
-    const preparing = rules.map((rule) => this.hits.forRequest(rule, context));
+  async check(rules: readonly RateLimitRule[], context: ExecutionContext): Promise<RateLimitOutcome> {
+    const preparing: (PreparedRule | Promise<PreparedRule>)[] = [];
+    for (const rule of rules) {
+      const thresholds = this.hits.thresholdsOf(rule);
+      // A rule turned off is not prepared either: its identity and cost resolvers do not run.
+      if (thresholds.mode !== 'off') preparing.push(this.hits.forRequest(rule, thresholds, context));
+    }
     const prepared = preparing.some((p) => p instanceof Promise)
       ? await Promise.all(preparing)
       : (preparing as PreparedRule[]);
@@ -122,10 +125,12 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         `RateLimiterService.consume: 'cost' must be a whole number >= 0, got ${cost}`,
       );
     }
-    return this.decide(
-      resolved.filter((rule) => !this.hits.isOff(rule)).map((rule) => this.hits.forIdentity(rule, identity, cost)),
-      () => false,
-    );
+    const prepared: PreparedRule[] = [];
+    for (const rule of resolved) {
+      const thresholds = this.hits.thresholdsOf(rule);
+      if (thresholds.mode !== 'off') prepared.push(this.hits.forIdentity(rule, thresholds, identity, cost));
+    }
+    return this.decide(prepared, () => false);
   }
 
   /**
@@ -148,7 +153,11 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   async inspect(rule: RateLimitRuleRef, identity: string): Promise<RateLimitInspection> {
     checkIdentity(identity, 'inspect');
     const [resolved] = this.rulesOf(rule, 'inspect');
-    const { hit, thresholds, identity: counted } = this.hits.forIdentity(resolved, identity, 0);
+    const {
+      hit,
+      thresholds,
+      identity: counted,
+    } = this.hits.forIdentity(resolved, this.hits.thresholdsOf(resolved), identity, 0);
     const [standing] = await this.store.inspect([hit], this.now());
     return {
       rule: resolved.name,

@@ -97,7 +97,8 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
     }
     throwProblems(`RateLimitManagementService.set`, checkLimitValues(configKey, merged, rules));
     await centre.write(configKey, settingsAsOverride(parseLimitSettings(merged).settings));
-    return this.entry(configKey, rules);
+    // What this instance holds now, the write included: no second read of Redis.
+    return this.entry(configKey, rules, centre.held());
   }
 
   /** A config key's written values and rules. Throws for a key no rule reads. */
@@ -184,9 +185,10 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
   }
 
   private async ruleNamed(name: string): Promise<RateLimitRuleRef> {
-    const rules = (await this.knownRules()).filter((rule) => rule.name === name);
+    const known = await this.knownRules();
+    const rules = known.filter((rule) => rule.name === name);
     if (rules.length === 0) {
-      const names = [...new Set((await this.knownRules()).map((rule) => rule.name))].sort();
+      const names = [...new Set(known.map((rule) => rule.name))].sort();
       throw new RateLimitConfigurationError(
         `RateLimitManagementService: no rule is named ${JSON.stringify(name)} (rules: ${JSON.stringify(names)})`,
       );

@@ -11,6 +11,7 @@ import { type CircuitBreakerState, RedisCircuitBreaker } from './redis-circuit-b
 import type { RedisScript } from './redis-script.js';
 import type { LiftedKeysWatcher } from '../store/rate-limit-store.js';
 import { RATE_LIMIT_DEFAULTS } from '../module/defaults.js';
+import { mastersOf } from './masters.js';
 import { CallDeadlines, RedisTimeoutError } from './call-deadlines.js';
 import { unsupportedRedis } from './redis-version.js';
 
@@ -257,8 +258,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   /** @internal Whether Redis answers a PING within the call deadline (every master of a Cluster). */
   async reachable(): Promise<boolean> {
     if (!this.redis) return false;
-    const client = this.redis;
-    const nodes = client instanceof Cluster ? client.nodes('master') : [client];
+    const nodes = mastersOf(this.redis);
     if (nodes.length === 0) return false;
     try {
       await Promise.all(nodes.map((node) => withDeadline(node.ping(), this.timeoutMs, 'PING')));
@@ -273,9 +273,8 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     const client = this.client;
     const shas = [...this.scripts].map((script) => script.sha);
     if (shas.length === 0) return true;
-    const nodes = client instanceof Cluster ? client.nodes('master') : [client];
     const answers = await Promise.all(
-      nodes.map((node) =>
+      mastersOf(client).map((node) =>
         withDeadline(node.script('EXISTS', ...shas) as Promise<number[]>, this.timeoutMs, 'SCRIPT EXISTS'),
       ),
     );
@@ -392,8 +391,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   /** Says at the start, once, when a server is too old for the scripts, rather than by every request's error. */
   private async checkVersion(): Promise<void> {
     const client = this.client;
-    const nodes = client instanceof Cluster ? client.nodes('master') : [client];
-    for (const node of nodes) {
+    for (const node of mastersOf(client)) {
       const problem = unsupportedRedis(await node.info('server'));
       if (problem) {
         const where = client instanceof Cluster ? `${node.options.host}:${node.options.port}` : this.describe();
@@ -408,9 +406,10 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   private async loadScripts(scripts: Iterable<RedisScript> = this.scripts): Promise<void> {
     const client = this.redis;
     if (!client) return;
-    const nodes = client instanceof Cluster ? client.nodes('master') : [client];
     try {
-      await Promise.all(nodes.flatMap((node) => [...scripts].map((script) => node.script('LOAD', script.source))));
+      await Promise.all(
+        mastersOf(client).flatMap((node) => [...scripts].map((script) => node.script('LOAD', script.source))),
+      );
     } catch (error) {
       // EVALSHA falls back to EVAL on NOSCRIPT, so a failed preload only costs one extra round trip.
       this.logger.debug(`Preloading Lua scripts failed: ${String(error)}`);

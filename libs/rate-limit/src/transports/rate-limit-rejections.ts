@@ -1,4 +1,5 @@
 import { IntrinsicException } from '@nestjs/common';
+import { rejectionMessage } from '../http/rate-limit.exception.js';
 
 /** What a rejected GraphQL operation's error carries in `extensions`. */
 export interface RateLimitGraphQLExtensions {
@@ -19,11 +20,7 @@ export class RateLimitGraphQLError extends IntrinsicException {
   override readonly name = 'RateLimitGraphQLError';
   readonly extensions: RateLimitGraphQLExtensions;
 
-  constructor(
-    retryAfter: number,
-    rule: string,
-    message = `Too many requests (rate limit '${rule}'); retry in ${retryAfter} s`,
-  ) {
+  constructor(retryAfter: number, rule: string, message = rejectionMessage(rule, retryAfter)) {
     super(message);
     this.extensions = { code: 'RATE_LIMITED', retryAfter, rule };
   }
@@ -38,27 +35,25 @@ export interface RateLimitWsError {
   rule: string;
 }
 
-let wsException: (new (error: object) => Error) | undefined;
+let wsRejection: ((retryAfter: number, rule: string) => Error) | undefined;
 
 /**
- * A `WsException` (so Nest's gateway filter emits its body to the client as an `exception` event)
- * whose body is a `RateLimitWsError`. `@nestjs/websockets` is loaded on the first rejection: a
- * gateway exists only where it is installed.
+ * Makes the error of a rejected WebSocket message: a `WsException` (so Nest's gateway filter emits
+ * its body to the client as an `exception` event) whose body is a `RateLimitWsError`.
+ * `@nestjs/websockets` is loaded on the first rejection: a gateway exists only where it is installed.
  */
-export async function wsRejection(retryAfter: number, rule: string): Promise<Error> {
-  wsException ??= (await import('@nestjs/websockets')).WsException as new (error: object) => Error;
-  const body: RateLimitWsError = {
-    status: 'error',
-    message: `Too many requests (rate limit '${rule}'); retry in ${retryAfter} s`,
-    retryAfter,
-    rule,
-  };
-  // Made without a stack trace, as every refusal is: an answer, not a fault.
-  const limit = Error.stackTraceLimit;
-  Error.stackTraceLimit = 0;
-  try {
-    return new wsException(body);
-  } finally {
-    Error.stackTraceLimit = limit;
+export async function loadWsRejection(): Promise<(retryAfter: number, rule: string) => Error> {
+  if (!wsRejection) {
+    const { WsException } = await import('@nestjs/websockets');
+    wsRejection = (retryAfter, rule) => {
+      const body: RateLimitWsError = {
+        status: 'error',
+        message: rejectionMessage(rule, retryAfter),
+        retryAfter,
+        rule,
+      };
+      return new WsException(body);
+    };
   }
+  return wsRejection;
 }
