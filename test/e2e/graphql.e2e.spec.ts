@@ -1,5 +1,12 @@
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
-import type { ExecutionContext, INestApplication } from '@nestjs/common';
+import {
+  type CanActivate,
+  type ExecutionContext,
+  type INestApplication,
+  Injectable,
+  UnauthorizedException,
+  UseGuards,
+} from '@nestjs/common';
 import {
   Args,
   GqlExecutionContext,
@@ -15,7 +22,8 @@ import { ConfigModule } from '@nestjs/config';
 import { RateLimit, RateLimitConfigurationError, RateLimitModule } from 'nest-rate-limit';
 import request from 'supertest';
 import { afterEach, expect, it } from 'vitest';
-import { describeStores } from '../support/matrix.js';
+import { describeStores, sharedRedis } from '../support/matrix.js';
+import { scriptCalls } from '../support/shared-redis.js';
 import { LogCapture } from '../support/log-capture.js';
 import { uniquePrefix } from '../support/test-app.js';
 
@@ -48,6 +56,37 @@ class GreetingsResolver {
   }
 }
 
+interface AuthenticatedRequest {
+  headers: Record<string, string | undefined>;
+  user?: { id: string };
+}
+
+const requestOf = (context: ExecutionContext) =>
+  GqlExecutionContext.create(context).getContext<{ req: AuthenticatedRequest }>().req;
+
+/** An auth guard for resolvers: `Authorization: Bearer <user>` sets `req.user`, else it refuses. */
+@Injectable()
+class GqlAuthGuard implements CanActivate {
+  canActivate(context: ExecutionContext): boolean {
+    const req = requestOf(context);
+    const [scheme, user] = req.headers.authorization?.split(' ') ?? [];
+    if (scheme !== 'Bearer' || !user) throw new UnauthorizedException();
+    req.user = { id: user };
+    return true;
+  }
+}
+
+@Resolver()
+@UseGuards(GqlAuthGuard)
+class AccountResolver {
+  /** 1 a minute per signed-in user. */
+  @Query(() => String)
+  @RateLimit({ count: 1, window: '1m', by: (context) => requestOf(context).user?.id })
+  balance() {
+    return '42';
+  }
+}
+
 async function createGraphQLApp(
   resolvers: unknown[],
   redis: string | undefined,
@@ -57,7 +96,11 @@ async function createGraphQLApp(
     imports: [
       ConfigModule.forRoot({ isGlobal: true, ignoreEnvFile: true }),
       RateLimitModule.forRoot({ redis, keyPrefix: uniquePrefix() }),
-      GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true }),
+      GraphQLModule.forRoot<ApolloDriverConfig>({
+        driver: ApolloDriver,
+        autoSchemaFile: true,
+        allowBatchedHttpRequests: true,
+      }),
     ],
     providers: resolvers as never[],
   }).compile();
@@ -94,6 +137,70 @@ describeStores('@RateLimit on GraphQL resolvers (Apollo)', (store) => {
     expect((await operation('{ free }')).body).toEqual({ data: { free: 'free' } });
     // A rejection is an answer: Nest logs no error for it (the limiter samples its own lines).
     expect(logs.at('error')).toEqual([]);
+  });
+
+  /** One document asking `hello` under `n` aliases. */
+  const aliases = (n: number) => `{ ${Array.from({ length: n }, (_, i) => `a${i}: hello`).join(' ')} }`;
+
+  it('answers one request of 5,000 aliases with bounded store calls and log lines, and no error logged', async () => {
+    const logs = new LogCapture();
+    const redis = await store.redis();
+    app = await createGraphQLApp([GreetingsResolver], redis, logs);
+    const client = redis ? (await sharedRedis()).client() : undefined;
+    await client?.config('RESETSTAT');
+    const answered = await operation(aliases(5_000));
+    expect(answered.status).toBe(200);
+    // A failed non-null field ends the operation: GraphQL answers null data with the refusal.
+    expect(answered.body.data).toBeNull();
+    expect(answered.body.errors.length).toBeGreaterThanOrEqual(1);
+    expect(answered.body.errors[0].extensions.code).toBe('RATE_LIMITED');
+    // Within the minute the first field started (a busy machine takes a while over 5,000 fields).
+    expect(Number(answered.headers['retry-after'])).toBeGreaterThanOrEqual(55);
+    expect(Number(answered.headers['retry-after'])).toBeLessThanOrEqual(60);
+    // Fields still running after the answer went out finish without touching it.
+    await app.close();
+    app = undefined;
+    expect(logs.at('error')).toEqual([]);
+    expect(logs.lines.length).toBeLessThan(20);
+    if (client) {
+      // Two admissions, the refusal that tells the limit is reached (and a script load at most):
+      // the block cache refuses the rest.
+      expect(await scriptCalls(client)).toBeLessThanOrEqual(4);
+    }
+  });
+
+  it('counts every operation of a batch, with bounded log lines', async () => {
+    const logs = new LogCapture();
+    app = await createGraphQLApp([GreetingsResolver], await store.redis(), logs);
+    const batch = Array.from({ length: 200 }, () => ({ query: aliases(20) }));
+    const answered = await request(app.getHttpServer()).post('/graphql').set('x-user', 'ada').send(batch);
+    expect(answered.status).toBe(200);
+    const results = answered.body as { data: unknown; errors?: { extensions: { code: string } }[] }[];
+    expect(results).toHaveLength(200);
+    // The first operation's first two fields were admitted (the limit is 2 a minute): every other
+    // operation of the batch is refused.
+    const refused = results.filter((result) => result.errors?.[0].extensions.code === 'RATE_LIMITED');
+    expect(refused.length).toBeGreaterThanOrEqual(199);
+    await app.close();
+    app = undefined;
+    expect(logs.at('error')).toEqual([]);
+    expect(logs.lines.length).toBeLessThan(20);
+  });
+
+  it('counts per user behind an auth guard on the resolver, which answers requests without credentials', async () => {
+    app = await createGraphQLApp([AccountResolver], await store.redis());
+    const balance = (user?: string) => {
+      const req = request(app!.getHttpServer()).post('/graphql');
+      return (user ? req.set('authorization', `Bearer ${user}`) : req).send({ query: '{ balance }' });
+    };
+    expect((await balance('alice')).body).toEqual({ data: { balance: '42' } });
+    expect((await balance('alice')).body.errors[0].extensions.code).toBe('RATE_LIMITED');
+    expect((await balance('bob')).body).toEqual({ data: { balance: '42' } });
+    for (let i = 0; i < 3; i += 1) {
+      const anonymous = await balance();
+      expect(anonymous.body.errors[0].message).toBe('Unauthorized');
+      expect(anonymous.body.errors[0].extensions.code).not.toBe('RATE_LIMITED');
+    }
   });
 
   it('counts by an identity from the request behind the operation', async () => {

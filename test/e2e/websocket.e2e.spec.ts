@@ -65,11 +65,15 @@ describeStores('@RateLimit on WebSocket gateways (socket.io)', (store) => {
   }
 
   /** Sends a message: its acknowledgement, or the `exception` event Nest's gateway filter emits. */
-  function send(socket: Socket, event: string): Promise<{ ack: unknown } | { exception: RateLimitWsError }> {
+  function send(
+    socket: Socket,
+    event: string,
+    data: object = {},
+  ): Promise<{ ack: unknown } | { exception: RateLimitWsError }> {
     return new Promise((resolve) => {
       const onException = (exception: RateLimitWsError) => resolve({ exception });
       socket.once('exception', onException);
-      socket.emit(event, {}, (ack: unknown) => {
+      socket.emit(event, data, (ack: unknown) => {
         socket.off('exception', onException);
         resolve({ ack });
       });
@@ -88,11 +92,44 @@ describeStores('@RateLimit on WebSocket gateways (socket.io)', (store) => {
         message: "Too many requests (rate limit 'ChatGateway.ping'); retry in 60 s",
         retryAfter: 60,
         rule: 'ChatGateway.ping',
+        pattern: 'ping',
       },
     });
     // Counted per client address: another connection from the same address shares the counter.
     const other = await connect(url);
     expect(await send(other, 'ping')).toMatchObject({ exception: { retryAfter: 60 } });
+  });
+
+  it('says which message it refused: its pattern, and the id the client gave it', async () => {
+    const url = await start();
+    const socket = await connect(url);
+    const refusals: RateLimitWsError[] = [];
+    const acks: unknown[] = [];
+    const allAnswered = new Promise<void>((resolve) => {
+      const answered = () => acks.length + refusals.length === 6 && resolve();
+      socket.on('exception', (exception: RateLimitWsError) => {
+        refusals.push(exception);
+        answered();
+      });
+      // Several messages in flight at once: only the refusals' ids tell which ones went unanswered.
+      const ack = (answer: unknown) => {
+        acks.push(answer);
+        answered();
+      };
+      for (let id = 1; id <= 4; id += 1) socket.emit('ping', { id }, ack);
+      socket.emit('shout', { id: 'shout-1' }, ack);
+      socket.emit('shout', { id: 'shout-2' }, ack);
+    });
+    await allAnswered;
+    expect(acks.sort()).toEqual(['heard', 'pong', 'pong']);
+    expect(refusals.map(({ pattern, id }) => ({ pattern, id }))).toEqual(
+      expect.arrayContaining([
+        { pattern: 'ping', id: expect.any(Number) },
+        { pattern: 'ping', id: expect.any(Number) },
+        { pattern: 'shout', id: expect.stringMatching(/^shout-/) },
+      ]),
+    );
+    expect(refusals).toHaveLength(3);
   });
 
   it('counts by an identity from the client', async () => {

@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { type RateLimitHit, type RateLimitModuleOptions, type RateLimiterService, rateLimitKey } from 'nest-rate-limit';
+import {
+  type RateLimitHit,
+  type RateLimitModuleOptions,
+  type RateLimitStore,
+  type RateLimiterService,
+  rateLimitKey,
+} from 'nest-rate-limit';
 import { until } from '../support/poll.js';
 import { scriptCalls, sharedRedisSuite } from '../support/shared-redis.js';
 import { uniquePrefix } from '../support/test-app.js';
@@ -41,6 +47,50 @@ describe('the block cache: keys Redis refused are refused here until the reset i
     expect(refused.reported).toMatchObject({ remaining: 0, limit: 5 });
     expect(refused.reported!.resetMs).toBeGreaterThan(50_000);
     expect(refused.reported!.resetMs).toBeLessThanOrEqual(60_000);
+  });
+
+  it('answers a concurrent burst on one key with about one Redis call per unit admitted, exactly', async () => {
+    const [a, b] = await instances(2);
+    await suite.redis.config('RESETSTAT');
+    // Two instances, 1,000 decisions each, all in flight at once: none has an answer to learn from yet.
+    const outcomes = await Promise.all(
+      Array.from({ length: 2_000 }, (_, i) => (i % 2 === 0 ? a : b).consume(RULE, 'mallory')),
+    );
+    expect(outcomes.filter((outcome) => outcome.allowed)).toHaveLength(5);
+    // Without holding calls of one key in flight, each of the 2,000 reached Redis. With it, each
+    // instance sends at most the limit at once, then one call per unit it still believes is left,
+    // and one that learns the refusal: at most 2 x (5 + 5 + 1).
+    expect(await scriptCalls(suite.redis)).toBeLessThanOrEqual(22);
+  });
+
+  /** Counts the calls of the instance's store that are in flight together, at most. */
+  function mostInFlight(store: RateLimitStore): () => number {
+    const consume = store.consume.bind(store);
+    let now = 0;
+    let most = 0;
+    store.consume = async (...args) => {
+      most = Math.max(most, (now += 1));
+      try {
+        return await consume(...args);
+      } finally {
+        now -= 1;
+      }
+    };
+    return () => most;
+  }
+
+  it('holds no call of keys far from their limit, nor of distinct keys', async () => {
+    const {
+      stores: [{ store, limiter }],
+    } = await built(1);
+    const most = mostInFlight(store);
+    const wide = { name: 'wide', count: 1_000, window: '1m' } as const;
+    const hot = Array.from({ length: 200 }, () => limiter.consume(wide, 'crowd'));
+    const spread = Array.from({ length: 200 }, (_, i) => limiter.consume(RULE, `client-${i}`));
+    const outcomes = await Promise.all([...hot, ...spread]);
+    expect(outcomes.every((outcome) => outcome.allowed)).toBe(true);
+    // Every call was sent before any answer came back: none waited for another.
+    expect(most()).toBe(400);
   });
 
   it('asks Redis every time without it (blockCache: false)', async () => {

@@ -23,6 +23,7 @@ export type {
   RateLimitOptions,
   RateLimitRule,
   RateLimitBy,
+  RateLimitIdentity,
   RateLimitIdentityResolver,
   RateLimitCost,
   RateLimitCountOn,

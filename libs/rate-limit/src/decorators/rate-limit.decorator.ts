@@ -1,3 +1,6 @@
+import { INTERCEPTORS_METADATA } from '@nestjs/common/constants.js';
+import { UseInterceptors } from '@nestjs/common';
+import { RateLimitInterceptor } from '../http/rate-limit.interceptor.js';
 import type { Duration } from '../rules/duration.js';
 import type { RateLimitOptions } from '../rules/rate-limit-rule.js';
 import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from './metadata-keys.js';
@@ -8,6 +11,10 @@ import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from './metadata-keys.js';
  * Rules stack: a class rule applies to each handler and a handler rule adds to it, unless both have
  * the same `name`, in which case the handler's rule replaces the class's for that handler.
  * Values are checked at bootstrap; a bad one stops the app with an error naming the route and field.
+ *
+ * A rule whose `by` is a function is decided after the app's guards (an authentication guard has
+ * set `req.user` by then): `@RateLimit` adds `RateLimitInterceptor` to its handler or controller
+ * for that. Every other rule is decided by `RateLimitGuard`, before the app's own guards.
  *
  * @example
  * ```ts
@@ -27,11 +34,16 @@ export function RateLimit(
     typeof optionsOrCount === 'object' && optionsOrCount !== null
       ? { ...optionsOrCount }
       : { count: optionsOrCount, window: window as Duration, configKey };
-  return (target: object, _key?: string | symbol, descriptor?: PropertyDescriptor) => {
+  return (target: object, key?: string | symbol, descriptor?: PropertyDescriptor) => {
     const holder = descriptor ? (descriptor.value as object) : target;
     const existing: RateLimitOptions[] = Reflect.getOwnMetadata(RATE_LIMIT_RULES, holder) ?? [];
     // Decorators apply bottom-up; keep the order in which they are written.
     Reflect.defineMetadata(RATE_LIMIT_RULES, [options, ...existing], holder);
+    const interceptors: unknown[] = Reflect.getOwnMetadata(INTERCEPTORS_METADATA, holder) ?? [];
+    if (typeof options.by === 'function' && !interceptors.includes(RateLimitInterceptor)) {
+      if (descriptor) UseInterceptors(RateLimitInterceptor)(target, key!, descriptor);
+      else UseInterceptors(RateLimitInterceptor)(target as () => void);
+    }
   };
 }
 

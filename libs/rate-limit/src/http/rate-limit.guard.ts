@@ -8,12 +8,12 @@ import {
 import { HttpAdapterHost } from '@nestjs/core';
 import type { ServerResponse } from 'node:http';
 import { type RateLimitOutcome, type RuleDecision, retryAfterSeconds } from '../limiter/rate-limit-outcome.js';
-import { attachOutcome, outcomeOf } from './request-outcome.js';
+import { type AfterGuardsDecider, attachOutcome, deferToInterceptor, outcomeOf } from './request-outcome.js';
 import { rateLimitHeaders } from './rate-limit-headers.js';
 import { RateLimitException } from './rate-limit.exception.js';
 import { RateLimiterService } from '../limiter/rate-limiter.service.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
-import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
+import { RateLimitConfigurationError, type RateLimitRule } from '../rules/rate-limit-rule.js';
 import { SUPPORTED_HANDLERS, RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 import { RateLimitGraphQLError, loadWsRejection } from '../transports/rate-limit-rejections.js';
 import { invocationOf, transportOf } from '../transports/limited-context.js';
@@ -30,10 +30,14 @@ import { invocationOf, transportOf } from '../transports/limited-context.js';
  * would only add Nest's observable pipeline to every route (about 6% of a small app's requests
  * per second, measured with `npm run bench:http`).
  *
+ * A handler with a rule whose `by` is a function of the request (`req.user?.id`) is decided after
+ * the app's own guards instead, by `RateLimitInterceptor`, which `@RateLimit` adds to it: an
+ * authentication guard on the controller has then set what `by` reads.
+ *
  * Subclass it and override `createException` to change the error.
  */
 @Injectable()
-export class RateLimitGuard implements CanActivate {
+export class RateLimitGuard implements CanActivate, AfterGuardsDecider {
   /** @internal Nest creates it; a subclass declares no constructor of its own. */
   constructor(
     private readonly registry: RateLimitRuleRegistry,
@@ -45,6 +49,26 @@ export class RateLimitGuard implements CanActivate {
   async canActivate(context: ExecutionContext): Promise<boolean> {
     const rules = this.registry.rulesFor(context.getClass(), context.getHandler());
     if (rules.length === 0) return true;
+    if (this.registry.decidedAfterGuards(rules)) {
+      deferToInterceptor(invocationOf(context), this);
+      return true;
+    }
+    return this.decide(rules, context);
+  }
+
+  /**
+   * For `RateLimitInterceptor`: decides a handler whose rules wait for the app's guards. Resolves
+   * true when admitted (or when the guard decided the handler's rules already); throws the
+   * rejection otherwise.
+   * @internal
+   */
+  decideAfterGuards(context: ExecutionContext): Promise<boolean> {
+    const rules = this.registry.rulesFor(context.getClass(), context.getHandler());
+    if (!this.registry.decidedAfterGuards(rules)) return Promise.resolve(true);
+    return this.decide(rules, context);
+  }
+
+  private async decide(rules: readonly RateLimitRule[], context: ExecutionContext): Promise<boolean> {
     const transport = transportOf(context);
     // Bootstrap refuses rules on such handlers; should one get past it, it must not pass unlimited.
     if (!transport) {
@@ -64,7 +88,9 @@ export class RateLimitGuard implements CanActivate {
     const rejected = outcome.reported!;
     if (transport === 'ws') {
       const reject = await loadWsRejection();
-      throw withoutStack(() => reject(retryAfterSeconds(rejected), rejected.rule.name));
+      const message = context.switchToWs();
+      const refused = { pattern: message.getPattern(), data: message.getData<unknown>() };
+      throw withoutStack(() => reject(retryAfterSeconds(rejected), rejected.rule.name, refused));
     }
     this.setRetryAfter(context, rejected);
     throw withoutStack(() => this.createException(rejected, context));
@@ -106,7 +132,9 @@ export class RateLimitGuard implements CanActivate {
     const gql = context.getArgByIndex<{ res?: object; reply?: object; req?: { res?: object } } | undefined>(2);
     // Express hangs the response on its request, which is what the drivers' default context holds.
     const response = gql?.res ?? gql?.reply ?? gql?.req?.res;
-    if (response) {
+    // A failed non-null field can end the operation early: its answer may be out while other
+    // fields of it are still being decided, and a header set then would throw.
+    if (response && !headersSent(response)) {
       this.adapterHost.httpAdapter.setHeader(response, 'Retry-After', String(retryAfterSeconds(rejected)));
     }
   }
@@ -146,6 +174,11 @@ export class RateLimitGuard implements CanActivate {
     if (context.getType<string>() === 'graphql') return new RateLimitGraphQLError(retryAfter, rejected.rule.name);
     return new RateLimitException(retryAfter, rejected.rule.name);
   }
+}
+
+/** Whether an Express response (a Node response) or a Fastify reply (wrapping one as `raw`) has gone out. */
+function headersSent(response: object): boolean {
+  return ((response as { raw?: ServerResponse }).raw ?? (response as ServerResponse)).headersSent;
 }
 
 /**

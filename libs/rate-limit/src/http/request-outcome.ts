@@ -1,3 +1,4 @@
+import type { ExecutionContext } from '@nestjs/common';
 import type { RateLimitOutcome } from '../limiter/rate-limit-outcome.js';
 
 /**
@@ -13,4 +14,21 @@ export function outcomeOf(request: object): RateLimitOutcome | undefined {
 
 export function attachOutcome(request: object, outcome: RateLimitOutcome): void {
   OUTCOMES.set(request, outcome);
+}
+
+/** What decides a request's rules once the app's guards have run: the guard that passed it on. */
+export interface AfterGuardsDecider {
+  /** Resolves when admitted (or nothing to decide); throws the rejection otherwise. */
+  decideAfterGuards(context: ExecutionContext): Promise<boolean>;
+}
+
+/** Per request, the guard that left its rules to `RateLimitInterceptor`. */
+const DEFERRED = new WeakMap<object, AfterGuardsDecider>();
+
+export function deferToInterceptor(request: object, guard: AfterGuardsDecider): void {
+  DEFERRED.set(request, guard);
+}
+
+export function guardDeferredTo(request: object): AfterGuardsDecider | undefined {
+  return DEFERRED.get(request);
 }

@@ -123,8 +123,8 @@ export class HitPreparation {
     if (typeof identity === 'number' && Number.isFinite(identity)) return String(identity);
     this.warnOnce(
       `identity:${rule.declaredOn}:${rule.name}`,
-      `@RateLimit on ${rule.declaredOn}: 'by' returned ${identity === '' ? 'an empty string' : describeValue(identity)}; ` +
-        `such requests share one '${ANONYMOUS_IDENTITY}' counter of rule ${rule.name}. Throw an HttpException from 'by' to refuse them instead`,
+      `@RateLimit on ${rule.declaredOn}: 'by' returned ${identity === '' ? 'an empty string' : describeValue(identity)} (it runs after the app's guards, so it sees what they set); ` +
+        `such requests share one '${ANONYMOUS_IDENTITY}' counter of rule ${rule.name}. To count them apart, fall back to their address (req.user?.id ?? req.ip); to refuse them, throw an HttpException from 'by'`,
     );
     return null;
   }

@@ -10,6 +10,7 @@ import {
   unaskedDecision,
 } from '../store/rate-limit-store.js';
 import { BlockedKeys } from './blocked-keys.js';
+import { KeysInFlight } from './keys-in-flight.js';
 import { type Lease, LeasedUnits, type PendingGrant } from './leased-units.js';
 import { LocalFallback, type LocalFallbackOptions } from './local-fallback.js';
 import type { RateLimitStoreErrorPolicy } from './store-error-policy.js';
@@ -75,6 +76,8 @@ const LEASED = { admittedAt: 0, nonce: 'lease' } as const;
 export class ResilientStore {
   private readonly fallback: LocalFallback | undefined;
   private readonly blocked: BlockedKeys | undefined;
+  /** With the block cache: calls of one key held while those in flight may reach its limit. */
+  private readonly inFlight: KeysInFlight | undefined;
   private readonly leases: LeasedUnits | undefined;
 
   constructor(
@@ -101,6 +104,7 @@ export class ResilientStore {
     // Without that news a reset elsewhere could not drop the units held here: no leases then.
     if (watching) {
       this.blocked = blocked;
+      this.inFlight = blocked ? new KeysInFlight() : undefined;
       this.leases = leases;
     }
   }
@@ -123,17 +127,36 @@ export class ResilientStore {
     rules: readonly HitHandling[],
     now: number | undefined,
   ): Promise<ResilientConsumption> {
-    // The block cache's time: the module's clock (as the store decides on it), else this process's.
-    const sentAt = now ?? performance.now();
-    const refused = this.blocked?.refusal(hits, sentAt);
-    if (refused) {
-      this.options.observer?.blockCacheHit();
-      return refused;
-    }
-    try {
-      return await this.ask(hits, now, sentAt);
-    } catch (error) {
-      return this.decideWithout(hits, rules, error, now);
+    const { clock } = this.options;
+    for (let held = false; ; held = true) {
+      // The block cache's time: the module's clock (as the store decides on it), else this process's.
+      // Read again after a wait: a block must not be judged on a time from before it.
+      const at = held && clock ? Math.floor(clock()) : now;
+      const sentAt = at ?? performance.now();
+      const refused = this.blocked?.refusal(hits, sentAt);
+      if (refused) {
+        if (held) this.inFlight!.leave(hits);
+        this.options.observer?.blockCacheHit();
+        return refused;
+      }
+      const waiting = this.inFlight?.enter(hits);
+      if (waiting) {
+        const error = await waiting;
+        // The call waited for failed: so does this one, which never reached the store.
+        if (error !== undefined) {
+          this.inFlight!.leave(hits);
+          return this.decideWithout(hits, rules, error, at, true);
+        }
+        continue;
+      }
+      try {
+        const consumption = await this.ask(hits, at, sentAt);
+        this.inFlight?.answered(hits, consumption);
+        return consumption;
+      } catch (error) {
+        this.inFlight?.answered(hits, undefined, error);
+        return this.decideWithout(hits, rules, error, at);
+      }
     }
   }
 

@@ -76,6 +76,8 @@ const GATEWAY: HandlerClass = {
 @Injectable()
 export class RateLimitRuleRegistry implements OnModuleInit {
   private readonly rulesByClass = new WeakMap<Handler, Map<Handler, readonly RateLimitRule[]>>();
+  /** Rules of handlers decided after the app's guards (`decidedAfterGuards`). */
+  private readonly afterGuards = new WeakSet<readonly RateLimitRule[]>();
   /** Every rule declared on a handler, by name, for the limiter's API outside HTTP. */
   private readonly rulesByName = new Map<string, RateLimitRule[]>();
 
@@ -213,6 +215,15 @@ export class RateLimitRuleRegistry implements OnModuleInit {
   }
 
   /**
+   * Whether a handler's rules (as `rulesFor` gave them) are decided after the app's guards, by
+   * `RateLimitInterceptor`: when one of them counts by a function of the request, which may read
+   * what an authentication guard sets. All of them then, so the request is still one store call.
+   */
+  decidedAfterGuards(rules: readonly RateLimitRule[]): boolean {
+    return this.afterGuards.has(rules);
+  }
+
+  /**
    * The rule declared with `@RateLimit` under this name. Rules on several routes may share a name
    * (and so their counters); they must then agree on how they count.
    */
@@ -266,9 +277,16 @@ export class RateLimitRuleRegistry implements OnModuleInit {
           `@SkipRateLimit on ${route}: 'ruleNames' ${JSON.stringify(unknown)} match no rule here (rules: ${JSON.stringify(rules.map((r) => r.name))})`,
         );
       }
-      return Object.freeze(rules.filter((rule) => !skip.includes(rule.name)));
+      return this.applied(rules.filter((rule) => !skip.includes(rule.name)));
     }
-    return rules.length === 0 ? NO_RULES : Object.freeze(rules);
+    return this.applied(rules);
+  }
+
+  private applied(rules: RateLimitRule[]): readonly RateLimitRule[] {
+    if (rules.length === 0) return NO_RULES;
+    const frozen = Object.freeze(rules);
+    if (rules.some((rule) => typeof rule.by === 'function')) this.afterGuards.add(frozen);
+    return frozen;
   }
 
   /** Validated rules declared on a class or handler; problems are collected, not thrown, so all are reported. */

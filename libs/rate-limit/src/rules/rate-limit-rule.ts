@@ -3,11 +3,16 @@ import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from '../algorithms/algo
 import { type Duration, parseCount, parseDuration } from './duration.js';
 import { type RateLimitStoreErrorPolicy, STORE_ERROR_POLICIES } from '../resilience/store-error-policy.js';
 
+/** What a `by` function may give: an identity, or none (`undefined`, `null`, `''`). */
+export type RateLimitIdentity = string | number | null | undefined;
+
 /**
- * Computes the identity a request is counted under (a user id, an API key, a tenant).
- * Throw an `HttpException` (e.g. `BadRequestException`) to refuse a request that has none.
+ * Computes the identity a request is counted under (a user id, an API key, a tenant). It runs after
+ * the app's guards, so it can read what an authentication guard set (`req.user?.id`). Requests it
+ * gives no identity share one anonymous counter; throw an `HttpException` (e.g.
+ * `BadRequestException`) to refuse them instead.
  */
-export type RateLimitIdentityResolver = (context: ExecutionContext) => string | Promise<string>;
+export type RateLimitIdentityResolver = (context: ExecutionContext) => RateLimitIdentity | Promise<RateLimitIdentity>;
 
 /**
  * Who shares a counter: `'ip'` (the client address as the HTTP adapter reports it, honouring the

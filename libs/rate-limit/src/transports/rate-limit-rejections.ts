@@ -33,25 +33,39 @@ export interface RateLimitWsError {
   /** Seconds until a message can be admitted again. */
   retryAfter: number;
   rule: string;
+  /** The refused message's pattern (its `@SubscribeMessage` event), for a client with several in flight. */
+  pattern: string;
+  /** The refused message's own `id`, when its data carried one (a string or a number). */
+  id?: string | number;
 }
 
-let wsRejection: ((retryAfter: number, rule: string) => Error) | undefined;
+/** The message a WebSocket rejection is about: its pattern, and the data it carried. */
+export interface RefusedWsMessage {
+  pattern: string;
+  data: unknown;
+}
+
+type WsRejection = (retryAfter: number, rule: string, refused: RefusedWsMessage) => Error;
+let wsRejection: WsRejection | undefined;
 
 /**
  * Makes the error of a rejected WebSocket message: a `WsException` (so Nest's gateway filter emits
  * its body to the client as an `exception` event) whose body is a `RateLimitWsError`.
  * `@nestjs/websockets` is loaded on the first rejection: a gateway exists only where it is installed.
  */
-export async function loadWsRejection(): Promise<(retryAfter: number, rule: string) => Error> {
+export async function loadWsRejection(): Promise<WsRejection> {
   if (!wsRejection) {
     const { WsException } = await import('@nestjs/websockets');
-    wsRejection = (retryAfter, rule) => {
+    wsRejection = (retryAfter, rule, { pattern, data }) => {
       const body: RateLimitWsError = {
         status: 'error',
         message: rejectionMessage(rule, retryAfter),
         retryAfter,
         rule,
+        pattern,
       };
+      const id = (data as { id?: unknown } | null | undefined)?.id;
+      if (typeof id === 'string' || (typeof id === 'number' && Number.isFinite(id))) body.id = id;
       return new WsException(body);
     };
   }
