@@ -6,7 +6,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type DemoProcess, ROOT, startDemoProcess } from '../support/demo-process.js';
 import { until } from '../support/poll.js';
-import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { type RedisServer, freePort, startRedisServer } from '../support/redis-server.js';
 import { uniquePrefix } from '../support/test-app.js';
 
 /**
@@ -25,6 +25,19 @@ interface CliResult {
   code: number;
   stdout: string;
   stderr: string;
+}
+
+/** The built CLI (`nest-rate-limit-limits`), with `env` over this process's environment. */
+async function runCli(args: readonly string[], env: Record<string, string>): Promise<CliResult> {
+  try {
+    const { stdout, stderr } = await promisify(execFile)(process.execPath, [CLI, ...args], {
+      env: { ...process.env, ...env },
+    });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const failed = error as { code: number; stdout: string; stderr: string };
+    return { code: failed.code, stdout: failed.stdout, stderr: failed.stderr };
+  }
 }
 
 describe('limits changed live across three instances (processes)', () => {
@@ -47,16 +60,8 @@ describe('limits changed live across three instances (processes)', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  async function limits(...args: string[]): Promise<CliResult> {
-    try {
-      const { stdout, stderr } = await promisify(execFile)(process.execPath, [CLI, ...args], {
-        env: { ...process.env, ...env, REDIS_URL: server.url },
-      });
-      return { code: 0, stdout, stderr };
-    } catch (error) {
-      const failed = error as { code: number; stdout: string; stderr: string };
-      return { code: failed.code, stdout: failed.stdout, stderr: failed.stderr };
-    }
+  function limits(...args: string[]): Promise<CliResult> {
+    return runCli(args, { ...env, REDIS_URL: server.url });
   }
 
   /** The count in force for demo.config on an instance, as its admin endpoint reports it. */
@@ -149,5 +154,28 @@ describe('limits changed live across three instances (processes)', () => {
   it('the admin endpoints refuse a wrong token', async () => {
     const response = await fetch(`${demos[0].url}/admin/limits`, { headers: { authorization: 'Bearer nope' } });
     expect(response.status).toBe(401);
+  });
+
+  it('refuses a window without a unit, saying what it read and how to write it', async () => {
+    const bare = await limits('set', 'demo.config', 'count=5', 'window=60');
+    expect(bare.code).toBe(2);
+    expect(bare.stderr).toMatch(
+      /^set: window=60 has no unit \(a bare number would be 60 ms\); give one: window=60s, window=500ms, window=1m\n/,
+    );
+    expect((JSON.parse((await limits('get', 'demo.config')).stdout) as { written?: unknown }).written).toBeUndefined();
+    const set = await limits('set', 'demo.config', 'window=60s');
+    expect(JSON.parse(set.stdout)).toMatchObject({ written: { window: 60_000 } });
+    expect((await limits('delete', 'demo.config')).code).toBe(0);
+  });
+});
+
+describe('the limits CLI without a Redis to reach', () => {
+  it('names the address it tried and what to check, and exits 1', async () => {
+    const port = await freePort();
+    const result = await runCli(['list'], { REDIS_URL: `redis://127.0.0.1:${port}` });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toBe(
+      `Cannot reach Redis at 127.0.0.1:${port} (from REDIS_URL): is it running, and is REDIS_URL the address the apps use (with their password, or rediss:// for TLS)?\n`,
+    );
   });
 });

@@ -8,10 +8,13 @@ import {
   RateLimitConfigCentre,
   RateLimitConfigurationError,
   RateLimitManagementService,
+  type RateLimitOverride,
+  RateLimiterService,
   RedisConfigCentre,
+  RedisService,
 } from 'nest-rate-limit';
 import request from 'supertest';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { LogCapture } from '../support/log-capture.js';
 import { until } from '../support/poll.js';
 import {
@@ -68,8 +71,8 @@ describe('live limits in Redis (RedisConfigCentre), two instances', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  async function instances(count: number, refreshMs = 60_000) {
-    prefix = uniquePrefix();
+  async function instances(count: number, refreshMs = 60_000, keyPrefix = uniquePrefix()) {
+    prefix = keyPrefix;
     for (let i = 0; i < count; i += 1) {
       const logger = new LogCapture();
       logs.push(logger);
@@ -243,6 +246,186 @@ describe('live limits in Redis (RedisConfigCentre), two instances', () => {
     expect(performance.now() - started).toBeLessThan(PROPAGATION_BOUND_MS);
   });
 });
+
+describe('live limits in Redis: what a centre holds, reads and runs', () => {
+  let server: RedisServer;
+  let redis: Redis;
+  let prefix: string;
+  let apps: INestApplication[] = [];
+
+  beforeAll(async () => {
+    server = await startRedisServer();
+    redis = server.client();
+  });
+
+  afterEach(async () => {
+    vi.restoreAllMocks();
+    await Promise.all(apps.map((app) => app.close()));
+    apps = [];
+  });
+
+  afterAll(() => server.stop());
+
+  async function instance(refreshMs: number, keyPrefix = uniquePrefix()) {
+    prefix = keyPrefix;
+    const app = await createTestApp({
+      controllers: [LiveController],
+      rateLimit: {
+        redis: server.url,
+        keyPrefix: prefix,
+        configCentre: RedisConfigCentre,
+        liveConfig: { refreshMs },
+        storeErrors: { circuitBreaker: false },
+      },
+    });
+    apps.push(app);
+    return {
+      app,
+      admin: app.get(RateLimitManagementService),
+      centre: app.get(RateLimitConfigCentre) as RedisConfigCentre,
+    };
+  }
+
+  /** The commands an ioredis client is asked to send, by name, counted from now (sent or not). */
+  function commandsOf(app: INestApplication): (...names: string[]) => number {
+    const sent = vi.spyOn(app.get(RedisService).client, 'sendCommand');
+    return (...names) =>
+      sent.mock.calls.filter(([command]) => names.includes((command as { name: string }).name)).length;
+  }
+
+  const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+  it('created from its class, runs each lifecycle hook once: one re-read per refreshMs, none after close', async () => {
+    const bootstraps = vi.spyOn(RedisConfigCentre.prototype, 'onApplicationBootstrap');
+    const shutdowns = vi.spyOn(RedisConfigCentre.prototype, 'onApplicationShutdown');
+    const refreshMs = 100;
+    const { app, centre } = await instance(refreshMs);
+    expect(bootstraps).toHaveBeenCalledTimes(1);
+    await until(() => centre.state.inSync, { timeoutMs: 5_000, what: 'in sync' });
+    const reads = commandsOf(app);
+    const started = performance.now();
+    await pause(10 * refreshMs);
+    // One timer: at most one re-read per refreshMs elapsed (two timers read twice as often).
+    const elapsed = performance.now() - started;
+    expect(reads('hgetall', 'hmget', 'hlen')).toBeGreaterThan(0);
+    expect(reads('hgetall', 'hmget', 'hlen')).toBeLessThanOrEqual(Math.floor(elapsed / refreshMs) + 1);
+    await app.close();
+    apps = [];
+    expect(shutdowns).toHaveBeenCalledTimes(1);
+    // Nothing of the centre runs after close: no re-read asks the closed client for anything.
+    const afterClose = reads('hgetall', 'hmget', 'hlen', 'hget');
+    await pause(5 * refreshMs);
+    expect(reads('hgetall', 'hmget', 'hlen', 'hget')).toBe(afterClose);
+  });
+
+  it('holds and reads only the keys its rules read, however many other fields the hash holds; list is bounded', async () => {
+    const keyPrefix = uniquePrefix();
+    const hash = `${keyPrefix}:config`;
+    const junk = 50_000;
+    for (let from = 0; from < junk; from += 5_000) {
+      const fields = Array.from({ length: 5_000 }, (_, i) => [`junk.${from + i}`, '{"count":5}']).flat();
+      await redis.hset(hash, ...fields);
+    }
+    await redis.hset(hash, 'live.tuned', JSON.stringify({ count: 4 }));
+    await redis.config('RESETSTAT');
+    const { admin, centre } = await instance(100, keyPrefix);
+    const reloads = centre.state.reloads;
+    await until(() => centre.state.reloads >= reloads + 2, { timeoutMs: 5_000, what: 'two periodic re-reads' });
+    expect(centre.held()).toEqual(new Map([['live.tuned', { count: 4 }]]));
+    expect(centre.state.keys).toBe(1);
+    // The re-read asks for the rules' keys by name; the hash is never read whole.
+    const stats = await redis.info('commandstats');
+    expect(stats).not.toMatch(/cmdstat_hgetall:/);
+    expect(countOf(stats, 'hmget')).toBeGreaterThanOrEqual(2);
+    // An announcement of a key no rule of this app reads costs it nothing.
+    await redis.publish(`${keyPrefix}:config:changed`, 'junk.1');
+    await redis.hset(hash, 'live.tuned', JSON.stringify({ count: 6 }));
+    await redis.publish(`${keyPrefix}:config:changed`, 'live.tuned');
+    await until(() => centre.get('live.tuned')?.count === 6, { timeoutMs: 1_000, intervalMs: 5, what: 'count 6' });
+    expect(countOf(await redis.info('commandstats'), 'hget')).toBe(1);
+    // The rules' keys listed in full; of the others, a bounded number.
+    const listed = await admin.list();
+    expect(listed.filter((entry) => entry.rules.length > 0).map((entry) => entry.configKey)).toEqual([
+      'live.leased',
+      'live.tuned',
+    ]);
+    expect(listed.find((entry) => entry.configKey === 'live.tuned')?.written).toEqual({ count: 6 });
+    expect(listed.length).toBeLessThanOrEqual(2 + 100);
+  });
+
+  it("holds a key a rule given to consume reads from its first use on, and reads it with the rules' keys", async () => {
+    const { app, centre } = await instance(100);
+    await redis.hset(`${prefix}:config`, 'jobs.live', JSON.stringify({ count: 2 }));
+    const jobs = { name: 'jobs', count: 5, window: '1m', configKey: 'jobs.live', by: 'global' as const };
+    const limiter = app.get(RateLimiterService);
+    // Its first use makes it known (answered with the rule's own values, while it is read).
+    await limiter.consume(jobs, 'x', 0);
+    await until(() => centre.get('jobs.live')?.count === 2, { timeoutMs: 1_000, intervalMs: 5, what: 'jobs.live' });
+    const admitted = [];
+    for (let i = 0; i < 3; i += 1) admitted.push((await limiter.consume(jobs, 'x')).allowed);
+    expect(admitted).toEqual([true, true, false]);
+    // Read again with the rules' keys from now on.
+    await redis.hset(`${prefix}:config`, 'jobs.live', JSON.stringify({ count: 3 }));
+    await until(() => centre.get('jobs.live')?.count === 3, {
+      timeoutMs: 5_000,
+      what: 'the periodic read of jobs.live',
+    });
+  });
+
+  it('a config key of the wrong type is out of sync, and a write says which key holds what', async () => {
+    const { admin, centre } = await instance(100);
+    const hash = `${prefix}:config`;
+    await until(() => centre.state.inSync, { timeoutMs: 5_000, what: 'in sync' });
+    await redis.set(hash, 'not a hash');
+    await until(() => !centre.state.inSync, { timeoutMs: 5_000, what: 'out of sync on a string' });
+    await expect(admin.set('live.tuned', { count: 5 })).rejects.toThrow(
+      new RateLimitConfigurationError(
+        `Redis key '${hash}' holds a string, not the hash of live limits: nothing was read or written; delete it (or choose another keyPrefix) and write the limits again`,
+      ),
+    );
+    await redis.del(hash);
+    await redis.rpush(hash, 'x');
+    await expect(admin.set('live.tuned', { count: 5 })).rejects.toThrow(
+      /Redis key '.*:config' holds a list, not the hash/,
+    );
+    expect(centre.state.inSync).toBe(false);
+    await redis.del(hash);
+    await until(() => centre.state.inSync, { timeoutMs: 5_000, what: 'back in sync' });
+    expect((await admin.set('live.tuned', { count: 5 })).written).toEqual({ count: 5 });
+  });
+
+  it("refuses '__proto__', 'constructor' and 'prototype' as fields, writing nothing", async () => {
+    const { admin } = await instance(60_000);
+    // As a JSON body arrives (the demo's PATCH): '__proto__' is an own field there.
+    for (const body of [
+      '{"__proto__":{"mode":"off"}}',
+      '{"count":3,"__proto__":{"mode":"off"}}',
+      '{"constructor":{"mode":"off"}}',
+      '{"prototype":{"mode":"off"}}',
+    ]) {
+      const field = /"(__proto__|constructor|prototype)"/.exec(body)![1];
+      await expect(admin.set('live.tuned', JSON.parse(body) as RateLimitOverride)).rejects.toThrow(
+        `'${field}' is not a setting`,
+      );
+    }
+    expect(await redis.hgetall(`${prefix}:config`)).toEqual({});
+    expect((await admin.get('live.tuned')).rules[0].inForce.mode).toBe('enforce');
+  });
+
+  it('refuses a window past the longest one, 365 days', async () => {
+    const { admin } = await instance(60_000);
+    await expect(admin.set('live.tuned', { window: Number.MAX_SAFE_INTEGER })).rejects.toThrow(
+      /'window' must be a positive duration of at most 365 days/,
+    );
+    await expect(admin.set('live.tuned', { window: '366d' })).rejects.toBeInstanceOf(RateLimitConfigurationError);
+    expect((await admin.set('live.tuned', { window: '365d' })).rules[0].inForce.windowMs).toBe(365 * 86_400_000);
+  });
+});
+
+/** Calls of one command since the last CONFIG RESETSTAT, from INFO commandstats. */
+function countOf(commandstats: string, command: string): number {
+  return Number(new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(commandstats)?.[1] ?? 0);
+}
 
 describe('live limits through Redis Sentinel', () => {
   let set: RedisSentinelSet;

@@ -1,5 +1,5 @@
 import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from '../algorithms/algorithm.js';
-import { parseCount, parseDuration } from '../rules/duration.js';
+import { MAX_DURATION_MS, parseCount, parseDuration } from '../rules/duration.js';
 import {
   RATE_LIMIT_MODES,
   type RateLimitMode,
@@ -24,7 +24,9 @@ export const LIMIT_FIELDS = ['count', 'window', 'algorithm', 'mode'] as const;
 /**
  * Parses a config centre's values field by field. An absent, null or empty field is unset; any
  * other that is invalid is a problem naming the field, and so is any field not in `LIMIT_FIELDS`
- * (in `unknown`: a reader of values written by others may ignore those).
+ * (in `unknown`: a reader of values written by others may ignore those), `__proto__`,
+ * `constructor` and `prototype` included. Only the object's own fields are read: one it inherits
+ * (from a prototype a `__proto__` field set on the way) is none of its values.
  */
 export function parseLimitSettings(raw: unknown): { settings: LimitSettings; problems: string[]; unknown: string[] } {
   const settings: LimitSettings = {};
@@ -40,7 +42,7 @@ export function parseLimitSettings(raw: unknown): { settings: LimitSettings; pro
     }
   }
   const given = (field: keyof RateLimitOverride) => {
-    const value = values[field];
+    const value = Object.hasOwn(values, field) ? values[field] : undefined;
     return value === undefined || value === null || value === '' ? undefined : value;
   };
   const count = given('count');
@@ -52,7 +54,9 @@ export function parseLimitSettings(raw: unknown): { settings: LimitSettings; pro
   if (window !== undefined) {
     settings.windowMs = parseDuration(window);
     if (settings.windowMs === undefined) {
-      problems.push(`'window' must be a positive duration such as 500, '1s', '1m', got ${show(window)}`);
+      problems.push(
+        `'window' must be a positive duration of at most ${MAX_DURATION_MS / 86_400_000} days, such as 500 (ms), '1s', '1m', got ${show(window)}`,
+      );
     }
   }
   const algorithm = given('algorithm');

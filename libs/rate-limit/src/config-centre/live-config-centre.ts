@@ -32,10 +32,19 @@ export abstract class LiveConfigCentre extends RateLimitConfigCentre {
   /** The values written for a key as this instance holds them now (validated), or undefined. */
   protected abstract current(configKey: string): RateLimitOverride | undefined;
 
-  /** The values written for every key, as the source of truth holds them now. */
-  abstract readAll(): Promise<Map<string, RateLimitOverride>>;
+  /**
+   * The values written for these keys, as the source of truth holds them now (each validated; an
+   * invalid one left out), whichever rules read them: for `RateLimitManagementService`.
+   */
+  abstract read(configKeys: readonly string[]): Promise<Map<string, RateLimitOverride>>;
 
-  /** The values written for every key, as this instance holds them (what it serves while its source is away). */
+  /**
+   * Up to `max` of the keys with values written, whichever rules read them (or none): what listing
+   * them costs is bounded by `max`, not by what the source holds.
+   */
+  abstract writtenKeys(max: number): Promise<string[]>;
+
+  /** The values this instance holds (what it serves, and while its source is away, still serves). */
   abstract held(): Map<string, RateLimitOverride>;
 
   /** Writes a key's values (already validated), for every instance; this one holds them at once. */
@@ -46,8 +55,8 @@ export abstract class LiveConfigCentre extends RateLimitConfigCentre {
 }
 
 function withoutUnset(values: RateLimitOverride): RateLimitOverride {
-  const out: Record<string, unknown> = {};
-  for (const [field, value] of Object.entries(values))
-    if (value !== undefined && value !== null && value !== '') out[field] = value;
-  return out;
+  // Defined, not assigned: a field named `__proto__` stays a field.
+  return Object.fromEntries(
+    Object.entries(values).filter(([, value]) => value !== undefined && value !== null && value !== ''),
+  );
 }

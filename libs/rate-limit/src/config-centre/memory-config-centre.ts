@@ -21,8 +21,17 @@ export class MemoryConfigCentre extends LiveConfigCentre {
     return this.values.get(configKey);
   }
 
-  readAll(): Promise<Map<string, RateLimitOverride>> {
-    return Promise.resolve(this.held());
+  read(configKeys: readonly string[]): Promise<Map<string, RateLimitOverride>> {
+    const found = new Map<string, RateLimitOverride>();
+    for (const configKey of configKeys) {
+      const values = this.values.get(configKey);
+      if (values) found.set(configKey, values);
+    }
+    return Promise.resolve(found);
+  }
+
+  writtenKeys(max: number): Promise<string[]> {
+    return Promise.resolve([...this.values.keys()].slice(0, max));
   }
 
   held(): Map<string, RateLimitOverride> {

@@ -4,64 +4,79 @@
  *
  *   nest-rate-limit-limits list
  *   nest-rate-limit-limits get orders.list
- *   nest-rate-limit-limits set orders.list count=5000 window=1m mode=shadow   # field= unsets a field
+ *   nest-rate-limit-limits set orders.list count=5000 window=1m mode=shadow   # field= unsets a field; a window takes a unit
  *   nest-rate-limit-limits delete orders.list
  *   nest-rate-limit-limits inspect OrdersController.list 203.0.113.7
  *   nest-rate-limit-limits reset OrdersController.list 203.0.113.7
  *
  * Reads REDIS_URL, or REDIS_SENTINELS + REDIS_SENTINEL_NAME, or REDIS_CLUSTER_NODES, and
  * RATE_LIMIT_PREFIX (default rl), as the apps do. Prints JSON. Exit codes: 0 done, 2 refused (the
- * message names the field), 1 failed.
+ * message names the field), 1 failed (Redis not reachable, say: the message names where it looked).
  */
 import 'reflect-metadata';
 import { NestFactory } from '@nestjs/core';
 import { RedisConfigCentre } from '../config-centre/redis-config-centre.js';
 import { RateLimitModule } from '../module/rate-limit.module.js';
 import { redisOptionsFromEnv } from '../redis/redis-options-from-env.js';
+import { RedisService } from '../redis/redis.service.js';
 import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
 import { RateLimitManagementService } from './rate-limit-management.service.js';
 
 const USAGE = `usage: nest-rate-limit-limits list
        nest-rate-limit-limits get <configKey>
-       nest-rate-limit-limits set <configKey> <field>=<value>...   (fields: count, window, algorithm, mode)
+       nest-rate-limit-limits set <configKey> <field>=<value>...   (fields: count, window, algorithm, mode;
+                                                                   a window with its unit: 500ms, 30s, 1m, 1h, 1d)
        nest-rate-limit-limits delete <configKey>
        nest-rate-limit-limits inspect <rule> <identity>
        nest-rate-limit-limits reset <rule> <identity>`;
 
 class UsageError extends Error {}
 
-async function run(admin: RateLimitManagementService, [command, ...args]: string[]): Promise<unknown> {
+type Command = (admin: RateLimitManagementService) => Promise<unknown>;
+
+/** The command the arguments ask for, checked before Redis is asked anything. */
+function parse([command, ...args]: string[]): Command {
   const want = (count: number) => {
     if (args.length !== count) throw new UsageError(`${command}: takes ${count} argument(s)`);
   };
   switch (command) {
     case 'list':
       want(0);
-      return admin.list();
+      return (admin) => admin.list();
     case 'get':
       want(1);
-      return admin.get(args[0]);
+      return (admin) => admin.get(args[0]);
     case 'set': {
       if (args.length < 2) throw new UsageError('set: give a config key and at least one field=value');
       const [configKey, ...pairs] = args;
-      const values: Record<string, string> = {};
+      const values = new Map<string, string>();
       for (const pair of pairs) {
         const at = pair.indexOf('=');
         if (at <= 0) throw new UsageError(`set: '${pair}' is not field=value`);
-        values[pair.slice(0, at)] = pair.slice(at + 1);
+        const [field, value] = [pair.slice(0, at), pair.slice(at + 1)];
+        // A bare number is milliseconds to the API, which an operator typing window=60 rarely means.
+        if (field === 'window' && /^\s*\d+(\.\d+)?\s*$/.test(value)) {
+          throw new UsageError(
+            `set: window=${value} has no unit (a bare number would be ${value.trim()} ms); give one: window=${value.trim()}s, window=500ms, window=1m`,
+          );
+        }
+        values.set(field, value);
       }
-      return admin.set(configKey, values);
+      // Defined, not assigned: a field named __proto__ stays a field, and is refused as one.
+      return (admin) => admin.set(configKey, Object.fromEntries(values));
     }
     case 'delete':
       want(1);
-      return { deleted: await admin.delete(args[0]) };
+      return async (admin) => ({ deleted: await admin.delete(args[0]) });
     case 'inspect':
       want(2);
-      return admin.inspect(args[0], args[1]);
+      return (admin) => admin.inspect(args[0], args[1]);
     case 'reset':
       want(2);
-      await admin.reset(args[0], args[1]);
-      return { reset: true };
+      return async (admin) => {
+        await admin.reset(args[0], args[1]);
+        return { reset: true };
+      };
     default:
       throw new UsageError(command ? `unknown command '${command}'` : 'no command');
   }
@@ -72,6 +87,14 @@ async function main(): Promise<number> {
   if (argv[0] === '--help' || argv[0] === '-h') {
     console.log(USAGE);
     return 0;
+  }
+  let command: Command;
+  try {
+    command = parse(argv);
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    console.error(`${error.message}\n${USAGE}`);
+    return 2;
   }
   const redis = redisOptionsFromEnv();
   if (redis === undefined) {
@@ -87,16 +110,24 @@ async function main(): Promise<number> {
       // An operator's command waits for Redis a little longer than a request does.
       storeErrors: { timeoutMs: 2_000, circuitBreaker: false },
     }),
-    { logger: ['error'] },
+    // Held back until Redis answers: when it does not, one line says where it was looked for,
+    // instead of the connection's error and the command's ("Stream isn't writeable…").
+    { logger: ['error'], bufferLogs: true },
   );
   try {
-    console.log(JSON.stringify(await run(app.get(RateLimitManagementService), argv), null, 2));
+    const service = app.get(RedisService);
+    if (!(await service.reachable())) {
+      const variable = redisVariable();
+      const where = variable === 'REDIS_CLUSTER_NODES' ? `cluster nodes ${process.env[variable]}` : service.describe();
+      console.error(
+        `Cannot reach Redis at ${where} (from ${variable}): is it running, and is ${variable} the address the apps use (with their password, or rediss:// for TLS)?`,
+      );
+      return 1;
+    }
+    app.flushLogs();
+    console.log(JSON.stringify(await command(app.get(RateLimitManagementService)), null, 2));
     return 0;
   } catch (error) {
-    if (error instanceof UsageError) {
-      console.error(`${error.message}\n${USAGE}`);
-      return 2;
-    }
     if (error instanceof RateLimitConfigurationError) {
       console.error(error.message);
       return 2;
@@ -106,6 +137,12 @@ async function main(): Promise<number> {
   } finally {
     await app.close();
   }
+}
+
+/** The variable `redisOptionsFromEnv` took the connection from (it looks in this order). */
+function redisVariable(): 'REDIS_CLUSTER_NODES' | 'REDIS_SENTINELS' | 'REDIS_URL' {
+  if (process.env.REDIS_CLUSTER_NODES) return 'REDIS_CLUSTER_NODES';
+  return process.env.REDIS_SENTINELS ? 'REDIS_SENTINELS' : 'REDIS_URL';
 }
 
 process.exitCode = await main();

@@ -15,6 +15,9 @@ import { RuleCatalogue } from './rule-catalogue.js';
 import type { RateLimitAlgorithmName } from '../algorithms/algorithm.js';
 import type { RateLimitMode } from '../rules/rate-limit-rule.js';
 
+/** How many keys with values written `list` looks at beyond those rules read: a few HSCAN calls. */
+const LIST_MAX_WRITTEN_KEYS = 100;
+
 /** What a rule counts with. */
 export interface RateLimitRuleLimits {
   count: number;
@@ -90,15 +93,19 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
   async set(configKey: string, values: RateLimitOverride): Promise<RateLimitLimitEntry> {
     const centre = this.live('set');
     const rules = await this.rulesReading(configKey);
-    const merged: Record<string, unknown> = { ...(await centre.readAll()).get(configKey) };
+    // A Map, not an object: a field named `__proto__` stays a field (and is refused as one),
+    // instead of becoming the prototype whose fields the check would then read as given.
+    const merged = new Map(Object.entries((await this.read(centre, [configKey])).get(configKey) ?? {}));
     for (const [field, value] of Object.entries(values ?? {})) {
-      if (value === null || value === '') delete merged[field];
-      else if (value !== undefined) merged[field] = value;
+      if (value === null || value === '') merged.delete(field);
+      else if (value !== undefined) merged.set(field, value);
     }
-    throwProblems(`RateLimitManagementService.set`, checkLimitValues(configKey, merged, rules));
-    await centre.write(configKey, settingsAsOverride(parseLimitSettings(merged).settings));
-    // What this instance holds now, the write included: no second read of Redis.
-    return this.entry(configKey, rules, centre.held());
+    const given = Object.fromEntries(merged);
+    throwProblems(`RateLimitManagementService.set`, checkLimitValues(configKey, given, rules));
+    const written = settingsAsOverride(parseLimitSettings(given).settings);
+    await centre.write(configKey, written);
+    // What was written, and what this instance holds now: no second read of Redis.
+    return this.entry(configKey, rules, new Map([[configKey, written]]));
   }
 
   /** A config key's written values and rules. Throws for a key no rule reads. */
@@ -106,13 +113,19 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
     return this.entry(configKey, await this.rulesReading(configKey));
   }
 
-  /** Every config key that rules read or that has values written, in order. */
+  /**
+   * Every config key that rules read (this app's, and those catalogued), in order; and of the keys
+   * with values that no rule reads (left over from renamed rules, say), those among the first
+   * `LIST_MAX_WRITTEN_KEYS` found: listing costs what the rules do, not what the hash holds.
+   */
   async list(): Promise<RateLimitLimitEntry[]> {
     const rules = await this.knownRules();
-    const written = await this.written();
-    const keys = new Set([...rules.flatMap((rule) => rule.configKey ?? []), ...written.keys()]);
+    const read = new Set(rules.flatMap((rule) => rule.configKey ?? []));
+    const others = this.centre instanceof LiveConfigCentre ? await this.writtenKeys(this.centre) : [];
+    const keys = [...new Set([...read, ...others])].sort();
+    const written = await this.written(keys);
     return Promise.all(
-      [...keys].sort().map((configKey) =>
+      keys.map((configKey) =>
         this.entry(
           configKey,
           rules.filter((rule) => rule.configKey === configKey),
@@ -162,11 +175,25 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
     return [...own, ...catalogued.filter((rule) => !names.has(rule.name))];
   }
 
-  /** The values written, from their source; while it is away, as this instance holds them. */
-  private async written(): Promise<Map<string, RateLimitOverride>> {
+  /** The values written for these keys, from their source; while it is away, as this instance holds them. */
+  private async written(configKeys: readonly string[]): Promise<Map<string, RateLimitOverride>> {
     if (!(this.centre instanceof LiveConfigCentre)) return new Map();
-    const centre = this.centre;
-    return centre.readAll().catch(() => centre.held());
+    return this.read(this.centre, configKeys);
+  }
+
+  private read(centre: LiveConfigCentre, configKeys: readonly string[]): Promise<Map<string, RateLimitOverride>> {
+    return centre.read(configKeys).catch((error: unknown) => {
+      // A source that cannot be used as it is (a key of another type in place of the hash) says so.
+      if (error instanceof RateLimitConfigurationError) throw error;
+      return centre.held();
+    });
+  }
+
+  private writtenKeys(centre: LiveConfigCentre): Promise<string[]> {
+    return centre.writtenKeys(LIST_MAX_WRITTEN_KEYS).catch((error: unknown) => {
+      if (error instanceof RateLimitConfigurationError) throw error;
+      return [...centre.held().keys()];
+    });
   }
 
   private async rulesReading(configKey: string): Promise<RateLimitRule[]> {
@@ -203,7 +230,11 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
     rules: readonly RateLimitRule[],
     written?: Map<string, RateLimitOverride>,
   ): Promise<RateLimitLimitEntry> {
-    const values = (written ?? (await this.written())).get(configKey);
+    const values = (written ?? (await this.written([configKey]))).get(configKey);
+    const own = new Set(this.registry.all());
+    // Another app's rule (catalogued) is in force on its instances as the values written make it;
+    // this instance neither holds nor serves them.
+    const asWritten = new RuleThresholds({ get: (key) => (key === configKey ? values : undefined) }, this.options.mode);
     return {
       configKey,
       written: values,
@@ -212,7 +243,7 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
         declaredOn: rule.declaredOn,
         declared: limitsOf(this.thresholds.declaredOf(rule)),
         // As the limiter reckons them for a request: the same checks, the same fallback.
-        inForce: limitsOf(this.thresholds.resolve(rule)),
+        inForce: limitsOf((own.has(rule) ? this.thresholds : asWritten).resolve(rule)),
       })),
     };
   }

@@ -1,6 +1,6 @@
 import type { ExecutionContext } from '@nestjs/common';
 import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from '../algorithms/algorithm.js';
-import { type Duration, parseCount, parseDuration } from './duration.js';
+import { type Duration, MAX_DURATION_MS, parseCount, parseDuration } from './duration.js';
 import { type RateLimitStoreErrorPolicy, STORE_ERROR_POLICIES } from '../resilience/store-error-policy.js';
 
 /** What a `by` function may give: an identity, or none (`undefined`, `null`, `''`). */
@@ -142,7 +142,7 @@ export function validateRule(
   if (windowMs === undefined) {
     fail(
       'window',
-      "must be a positive whole number of milliseconds or a duration such as '500ms', '1s', '1m', '1h', '1d'",
+      `must be a positive whole number of milliseconds or a duration such as '500ms', '1s', '1m', '1h', '1d', of at most ${MAX_DURATION_MS / 86_400_000} days`,
       options.window,
     );
   }
@@ -179,7 +179,9 @@ export function validateRule(
   }
   let blockMs = 0;
   if (options.blockFor !== undefined) {
-    blockMs = parseDuration(options.blockFor) ?? fail('blockFor', 'must be a positive duration', options.blockFor);
+    blockMs =
+      parseDuration(options.blockFor) ??
+      fail('blockFor', `must be a positive duration of at most ${MAX_DURATION_MS / 86_400_000} days`, options.blockFor);
   }
   const countOn = options.countOn ?? 'all';
   if (!COUNT_ON.includes(countOn)) fail('countOn', `must be one of ${COUNT_ON.join(', ')}`, countOn);
