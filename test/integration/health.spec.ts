@@ -73,7 +73,8 @@ describe('the health indicator, through @nestjs/terminus', () => {
     const down = await health().expect(503);
     expect(down.body).toMatchObject({
       status: 'error',
-      error: { rate_limit: { status: 'down', redis: 'down', scriptsLoaded: false } },
+      // Redis could not be asked whether it has the scripts: unknown, not a no.
+      error: { rate_limit: { status: 'down', redis: 'down', scriptsLoaded: 'unknown' } },
     });
 
     server = await startRedisServer([], port);
@@ -84,6 +85,35 @@ describe('the health indicator, through @nestjs/terminus', () => {
       what: 'healthy again',
     });
     expect((await health()).body.info.rate_limit).toMatchObject({ status: 'up', scriptsLoaded: true });
+  });
+
+  it('a hung Redis (SIGSTOP) cannot say whether it has the scripts: unknown, then true once it answers', async () => {
+    const hung = await startRedisServer();
+    try {
+      app = await createTestApp({
+        controllers: [HealthController],
+        imports: [TerminusModule],
+        rateLimit: { redis: hung.url, keyPrefix: uniquePrefix(), storeErrors: { timeoutMs: 100 } },
+      });
+      await request(app.getHttpServer()).get('/limited').expect(200);
+      expect((await health().expect(200)).body.info.rate_limit).toMatchObject({ redis: 'up', scriptsLoaded: true });
+      process.kill(hung.pid, 'SIGSTOP');
+      try {
+        const down = await health().expect(503);
+        expect(down.body.error.rate_limit).toMatchObject({ status: 'down', redis: 'down', scriptsLoaded: 'unknown' });
+      } finally {
+        process.kill(hung.pid, 'SIGCONT');
+      }
+      // The scripts were there all along.
+      await until(async () => (await health()).body.info?.rate_limit?.scriptsLoaded === true, {
+        timeoutMs: 5_000,
+        what: 'the scripts reported loaded again',
+      });
+    } finally {
+      await app?.close();
+      app = undefined;
+      await hung.stop();
+    }
   });
 
   it('reports keys without a TTL from the background audit, as degraded', async () => {

@@ -118,6 +118,74 @@ describe('Prometheus metrics', () => {
     expect(value(samples, 'rate_limit_config_refused_total')).toBe(0);
   });
 
+  it('has every declared rule with every outcome, and every error kind, at 0 before any traffic', async () => {
+    const registry = new Registry();
+    await start(registry);
+    const outcomes = ['allowed', 'rejected', 'shadow_rejected', 'fallback_allowed', 'fallback_rejected'];
+    const before = parse(await registry.metrics());
+    // A series must exist before its first count, or rate() and increase() never see that count.
+    for (const rule of ['enforced', 'tried', 'live']) {
+      for (const outcome of outcomes) {
+        expect(value(before, 'rate_limit_decisions_total', { rule, outcome }), `${rule} ${outcome}`).toBe(0);
+      }
+    }
+    for (const kind of ['timeout', 'circuit_open', 'error']) {
+      expect(value(before, 'rate_limit_store_errors_total', { kind }), kind).toBe(0);
+    }
+    expect(value(before, 'rate_limit_block_cache_hits_total')).toBe(0);
+    expect(value(before, 'rate_limit_store_duration_seconds_count')).toBe(0);
+
+    // The first burst is an increase from 0, as a scraper computes it.
+    expect(await statuses(app!, '/metered/tried', 3)).toEqual([200, 200, 200]);
+    const after = parse(await registry.metrics());
+    const increase = (outcome: string) =>
+      value(after, 'rate_limit_decisions_total', { rule: 'tried', outcome })! -
+      value(before, 'rate_limit_decisions_total', { rule: 'tried', outcome })!;
+    expect(increase('allowed')).toBe(1);
+    expect(increase('shadow_rejected')).toBe(2);
+
+    // A rule given to `consume` as options is known only once used: it appears then, with every outcome.
+    await app!.get(RateLimiterService).consume({ name: 'given', count: 5, window: '1m' }, 'someone');
+    const given = parse(await registry.metrics());
+    for (const outcome of outcomes) {
+      const expected = outcome === 'allowed' ? 1 : 0;
+      expect(value(given, 'rate_limit_decisions_total', { rule: 'given', outcome }), outcome).toBe(expected);
+    }
+  });
+
+  it('keeps calls an open circuit refused, which never reached Redis, out of the latency histogram', async () => {
+    const own = await startRedisServer();
+    const registry = new Registry();
+    try {
+      app = await createTestApp({
+        controllers: [MeteredController],
+        rateLimit: {
+          redis: own.url,
+          keyPrefix: uniquePrefix(),
+          metrics: { registry },
+          storeErrors: { timeoutMs: 100, circuitBreaker: { consecutiveFailures: 2, halfOpenAfterMs: 60_000 } },
+        },
+      });
+      expect(await statuses(app, '/metered/live', 1)).toEqual([200]);
+      process.kill(own.pid, 'SIGSTOP');
+      // 2 calls time out and open the circuit; the other 4 are refused at once, never sent.
+      await statuses(app, '/metered/live', 6);
+      const samples = parse(await registry.metrics());
+      const errors = (kind: string) => value(samples, 'rate_limit_store_errors_total', { kind });
+      expect(errors('timeout')).toBe(2);
+      expect(errors('circuit_open')).toBe(4);
+      // The call that was answered, and the two that timed out: Redis's latencies, and nothing else.
+      expect(value(samples, 'rate_limit_store_duration_seconds_count')).toBe(1 + 2);
+      const fastest = value(samples, 'rate_limit_store_duration_seconds_bucket', { le: '0.025' });
+      expect(fastest).toBeLessThanOrEqual(1);
+    } finally {
+      process.kill(own.pid, 'SIGCONT');
+      await app?.close();
+      app = undefined;
+      await own.stop();
+    }
+  });
+
   it('counts what the fallback decides, and store errors by kind, while Redis is out', async () => {
     const own = await startRedisServer();
     const registry = new Registry();

@@ -16,7 +16,12 @@ export interface RateLimitHealth {
   store: 'redis' | 'memory';
   redis?: 'up' | 'down';
   breaker?: CircuitBreakerState;
-  scriptsLoaded?: boolean;
+  /**
+   * Whether Redis has every script of the limiter cached (SCRIPT EXISTS); `'unknown'` when it could
+   * not be asked: Redis did not answer within the call deadline (down, hung, unreachable). A
+   * script it lacks costs one `EVAL` on the next call, so `false` is no failure.
+   */
+  scriptsLoaded?: boolean | 'unknown';
   /** `RedisConfigCentre` only: whether news of every change reaches this instance. */
   liveConfigInSync?: boolean;
   /** Keys without a TTL at the last background audit (`keyAudit.intervalMs`); absent until one ran. */
@@ -55,7 +60,8 @@ export class RateLimitHealthIndicator {
     const keysWithoutTtl = this.audit.keysWithoutTtl;
     const breaker = this.redis.circuitState;
     const reachable = await this.redis.reachable();
-    const scriptsLoaded = reachable ? await this.redis.scriptsLoaded().catch(() => false) : false;
+    // Not answered is not a no: a hung Redis still holds its scripts.
+    const scriptsLoaded = reachable ? await this.redis.scriptsLoaded().catch(() => 'unknown' as const) : 'unknown';
     const health: RateLimitHealth = {
       status: 'up',
       store: 'redis',

@@ -3,12 +3,13 @@ import {
   type ExecutionContext,
   Inject,
   Injectable,
+  type OnApplicationBootstrap,
   ServiceUnavailableException,
 } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { ServerResponse } from 'node:http';
 import { type RateLimitOutcome, type RuleDecision, retryAfterSeconds } from '../limiter/rate-limit-outcome.js';
-import { type AfterGuardsDecider, attachOutcome, deferToInterceptor, outcomeOf } from './request-outcome.js';
+import { attachOutcome, deferToInterceptor, outcomeOf } from './request-outcome.js';
 import { rateLimitHeaders } from './rate-limit-headers.js';
 import { RateLimitException } from './rate-limit.exception.js';
 import { RateLimiterService } from '../limiter/rate-limiter.service.js';
@@ -16,7 +17,7 @@ import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../m
 import { RateLimitConfigurationError, type RateLimitRule } from '../rules/rate-limit-rule.js';
 import { SUPPORTED_HANDLERS, RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 import { RateLimitGraphQLError, loadWsRejection } from '../transports/rate-limit-rejections.js';
-import { invocationOf, transportOf } from '../transports/limited-context.js';
+import { answerHalfClosedClients, invocationOf, transportOf } from '../transports/limited-context.js';
 
 /**
  * Decides each request before pipes and the handler run: rules from `@RateLimit` metadata (compiled
@@ -37,7 +38,7 @@ import { invocationOf, transportOf } from '../transports/limited-context.js';
  * Subclass it and override `createException` to change the error.
  */
 @Injectable()
-export class RateLimitGuard implements CanActivate, AfterGuardsDecider {
+export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
   /** @internal Nest creates it; a subclass declares no constructor of its own. */
   constructor(
     private readonly registry: RateLimitRuleRegistry,
@@ -45,6 +46,16 @@ export class RateLimitGuard implements CanActivate, AfterGuardsDecider {
     private readonly adapterHost: HttpAdapterHost,
     @Inject(RESOLVED_RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
   ) {}
+
+  /**
+   * Has the app's HTTP server answer clients that half-close their connection after the request
+   * (and read the answer), as the embedded store always could: Node's default ends such a
+   * connection at once, so an answer decided after a Redis call never left, and a `countOn` rule
+   * counted the request as one that never finished.
+   */
+  onApplicationBootstrap(): void {
+    answerHalfClosedClients(this.adapterHost.httpAdapter?.getHttpServer());
+  }
 
   async canActivate(context: ExecutionContext): Promise<boolean> {
     const rules = this.registry.rulesFor(context.getClass(), context.getHandler());

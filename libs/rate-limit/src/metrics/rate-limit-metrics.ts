@@ -1,4 +1,4 @@
-import type { OnApplicationShutdown } from '@nestjs/common';
+import type { OnApplicationBootstrap, OnApplicationShutdown } from '@nestjs/common';
 import type { Histogram, Registry } from 'prom-client';
 import type { LiveConfigState } from '../config-centre/redis-config-centre.js';
 import type { RateLimitOutcome } from '../limiter/rate-limit-outcome.js';
@@ -27,6 +27,8 @@ export interface MetricsSources {
   liveConfig(): LiveConfigState | undefined;
   /** The last key audit's count of keys without a TTL, if one ran. */
   keysWithoutTtl(): number | undefined;
+  /** The names of the rules declared with `@RateLimit`: all known once the app has started. */
+  ruleNames(): Iterable<string>;
 }
 
 type PromClient = typeof import('prom-client');
@@ -50,8 +52,16 @@ const FALLBACK_REJECTED = 4;
  * path a decision adds 1 to a plain number per rule, brought into the counters when the registry is
  * scraped (prom-client's `inc` hashes its labels on every call: a fifth of a refusal's cost, measured
  * with `npm run bench:core`); a store call is one histogram observation.
+ *
+ * Every series a scrape may show is there from the start, at 0: every declared rule with every
+ * outcome, every error kind. Prometheus's `rate()` and `increase()` count from a series' first
+ * sample, so the counts of a series that first appeared at 7 would never be counted. Rules given
+ * to `RateLimiterService.consume` as options are known only when used: they appear then, with
+ * every outcome at once.
  */
-export class RateLimitMetrics implements DecisionObserver, StoreObserver, OnApplicationShutdown {
+export class RateLimitMetrics
+  implements DecisionObserver, StoreObserver, OnApplicationBootstrap, OnApplicationShutdown
+{
   private readonly names: string[] = [];
   /** Per rule name, the decisions of each outcome (by the indices above) since the start. */
   private readonly counts = new Map<string, Float64Array>();
@@ -63,7 +73,7 @@ export class RateLimitMetrics implements DecisionObserver, StoreObserver, OnAppl
     client: PromClient,
     private readonly registry: Registry,
     prefix: string,
-    sources: MetricsSources,
+    private readonly sources: MetricsSources,
   ) {
     const registers = [registry];
     const { counts } = this;
@@ -86,7 +96,7 @@ export class RateLimitMetrics implements DecisionObserver, StoreObserver, OnAppl
     );
     this.storeSeconds = new client.Histogram({
       name: `${prefix}store_duration_seconds`,
-      help: 'Time of each call to the shared store (Redis), failed ones included',
+      help: 'Time of each call sent to the shared store (Redis), failed ones included; calls refused by the open circuit are not',
       buckets: STORE_SECONDS,
       registers,
     });
@@ -137,6 +147,11 @@ export class RateLimitMetrics implements DecisionObserver, StoreObserver, OnAppl
     }
   }
 
+  /** The declared rules' series, at 0 until they count (the rule registry has read them by now). */
+  onApplicationBootstrap(): void {
+    for (const name of this.sources.ruleNames()) this.countsOf(name);
+  }
+
   /** Takes its metrics out of the registry, so an app started again in this process can register them. */
   onApplicationShutdown(): void {
     for (const metric of this.registry.getMetricsAsArray()) {
@@ -148,13 +163,7 @@ export class RateLimitMetrics implements DecisionObserver, StoreObserver, OnAppl
   /** Counts each rule's decision of one request. */
   decided(outcome: RateLimitOutcome): void {
     for (const decision of outcome.decisions) {
-      let byOutcome = this.counts.get(decision.rule.name);
-      if (!byOutcome) {
-        // Rules given to `consume` as options may take names from data: past the bound, one series.
-        const name = this.counts.size < MAX_RULE_LABELS ? decision.rule.name : OTHER_RULES;
-        byOutcome = this.counts.get(name) ?? new Float64Array(OUTCOMES.length);
-        this.counts.set(name, byOutcome);
-      }
+      const byOutcome = this.countsOf(decision.rule.name);
       let counted: number;
       if (!decision.allowed && decision.mode === 'shadow') counted = SHADOW_REJECTED;
       else if (decision.fallback) counted = decision.allowed ? FALLBACK_ALLOWED : FALLBACK_REJECTED;
@@ -164,15 +173,31 @@ export class RateLimitMetrics implements DecisionObserver, StoreObserver, OnAppl
   }
 
   called(seconds: number, error: unknown): void {
+    // Refused by the open circuit in this process, in microseconds: no time of Redis's. Timed, such
+    // calls would pull the histogram's quantiles down just when Redis is slowest.
+    if (isBrokenCircuitError(error)) {
+      this.storeErrors.circuit_open += 1;
+      return;
+    }
     this.storeSeconds.observe(seconds);
     if (error === undefined) return;
     if (error instanceof RedisTimeoutError) this.storeErrors.timeout += 1;
-    else if (isBrokenCircuitError(error)) this.storeErrors.circuit_open += 1;
     else this.storeErrors.error += 1;
   }
 
   blockCacheHit(): void {
     this.blockCacheHits += 1;
+  }
+
+  /** A rule's counts by outcome, made at 0 for a name first met. */
+  private countsOf(name: string): Float64Array {
+    let byOutcome = this.counts.get(name);
+    if (byOutcome) return byOutcome;
+    // Rules given to `consume` as options may take names from data: past the bound, one series.
+    const labelled = this.counts.size < MAX_RULE_LABELS ? name : OTHER_RULES;
+    byOutcome = this.counts.get(labelled) ?? new Float64Array(OUTCOMES.length);
+    this.counts.set(labelled, byOutcome);
+    return byOutcome;
   }
 
   private liveConfigMetrics(client: PromClient, registers: Registry[], prefix: string, sources: MetricsSources) {
@@ -213,8 +238,9 @@ function collectedCounter<T extends string>(
     collect() {
       for (const [labels, total] of totals()) {
         const id = JSON.stringify(labels);
-        const delta = total - (seen.get(id) ?? 0);
-        if (delta > 0) this.inc(labels, delta);
+        const last = seen.get(id);
+        // A series is exposed from the first scrape that meets it, at 0 if nothing was counted yet.
+        if (last === undefined || total > last) this.inc(labels, total - (last ?? 0));
         seen.set(id, total);
       }
     },

@@ -3,7 +3,6 @@ import { ConfigService } from '@nestjs/config';
 import { APP_GUARD, DiscoveryModule, ModuleRef } from '@nestjs/core';
 import { NestConfigCentre } from '../config-centre/nest-config-centre.js';
 import { RateLimitConfigCentre } from '../config-centre/rate-limit-config-centre.js';
-import { CREATED_CONFIG_CENTRES, ConfigCentreLifecycle } from '../config-centre/config-centre-lifecycle.js';
 import { RateLimitManagementService } from '../management/rate-limit-management.service.js';
 import { KeyAuditSchedule } from '../audit/key-audit-schedule.js';
 import { RedisConfigCentre } from '../config-centre/redis-config-centre.js';
@@ -97,12 +96,13 @@ const resilientStoreProvider: Provider = {
 /** Prometheus metrics when `metrics` asks for them; `prom-client` is loaded only then. */
 const metricsProvider: Provider = {
   provide: RATE_LIMIT_METRICS,
-  inject: [RESOLVED_RATE_LIMIT_OPTIONS, RedisService, RateLimitConfigCentre, KeyAuditSchedule],
+  inject: [RESOLVED_RATE_LIMIT_OPTIONS, RedisService, RateLimitConfigCentre, KeyAuditSchedule, RateLimitRuleRegistry],
   useFactory: async (
     { metrics }: ResolvedRateLimitOptions,
     redis: RedisService,
     centre: RateLimitConfigCentre,
     audit: KeyAuditSchedule,
+    rules: RateLimitRuleRegistry,
   ): Promise<RateLimitMetrics | null> => {
     if (!metrics) return null;
     let client: typeof import('prom-client');
@@ -118,10 +118,19 @@ const metricsProvider: Provider = {
       circuitState: () => (redis.isConfigured ? redis.circuitState : undefined),
       liveConfig: () => (centre instanceof RedisConfigCentre ? centre.state : undefined),
       keysWithoutTtl: () => audit.keysWithoutTtl,
+      ruleNames: () => rules.all().map((rule) => rule.name),
     });
   },
 };
 
+/**
+ * The config centre: one given, one created from a class given (`ModuleRef.create`), or the
+ * default. Nest calls the lifecycle hooks of whatever a provider's factory returns, once, as it
+ * does a class provider's: a centre that subscribes or polls starts and stops with the app, and
+ * nothing here may call its hooks again (called twice, a centre started a second timer that ran
+ * on past `app.close()`). An instance that is also another module's provider has its hooks called
+ * there as well: give such a centre as a class, or build it in `forRootAsync`'s factory.
+ */
 const configCentreProvider: Provider = {
   provide: RateLimitConfigCentre,
   // RedisService too, though only a created centre uses it: so Nest starts the connection before
@@ -135,11 +144,7 @@ const configCentreProvider: Provider = {
   ): Promise<RateLimitConfigCentre> => {
     const { configCentre } = options;
     if (configCentre instanceof RateLimitConfigCentre) return configCentre;
-    if (typeof configCentre === 'function') {
-      const created = await moduleRef.create(configCentre);
-      CREATED_CONFIG_CENTRES.add(created);
-      return created;
-    }
+    if (typeof configCentre === 'function') return moduleRef.create(configCentre);
     if (!config) {
       new Logger('RateLimit').log('ConfigModule is not imported: thresholds are read from process.env only');
     }
@@ -160,7 +165,6 @@ const configCentreProvider: Provider = {
     storeProvider,
     resilientStoreProvider,
     configCentreProvider,
-    ConfigCentreLifecycle,
     KeyAuditSchedule,
     metricsProvider,
     RateLimitHealthIndicator,

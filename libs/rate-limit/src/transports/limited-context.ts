@@ -7,12 +7,20 @@ import type { ExecutionContext } from '@nestjs/common';
  */
 export type LimitedTransport = 'http' | 'graphql' | 'ws';
 
+/** What of an HTTP request's connection says who the client is and whether it is still there (a `net.Socket`). */
+interface ClientConnection {
+  remoteAddress?: string;
+  localAddress?: string;
+  destroyed?: boolean;
+  readableEnded?: boolean;
+}
+
 /** Where the address of the client lives on what the transport gives. */
 interface Addressed {
   ip?: string;
-  socket?: { remoteAddress?: string; destroyed?: boolean };
+  socket?: ClientConnection;
   /** Fastify's request, inside a GraphQL context. */
-  raw?: { socket?: { remoteAddress?: string; destroyed?: boolean } };
+  raw?: { socket?: ClientConnection };
 }
 
 /** A WebSocket client: socket.io's (`handshake`, `conn`) or `ws`'s (`_socket`). */
@@ -42,7 +50,10 @@ export function httpRequestOf(context: ExecutionContext): object | undefined {
   return gql?.req ?? gql?.request ?? gql?.reply?.request;
 }
 
-/** The client's address, and whether it has gone (its connection closed before the decision). */
+/**
+ * The client's address, and whether it has gone: its connection closed, reset, or shut by the
+ * client (`connectionEnded`) before the decision.
+ */
 export function clientOf(context: ExecutionContext): { address: string | undefined; gone: boolean } {
   if (context.getType<string>() === 'ws') {
     const client = context.switchToWs().getClient<WsClient>();
@@ -55,7 +66,41 @@ export function clientOf(context: ExecutionContext): { address: string | undefin
   // not a client gone; an HTTP request without a socket has lost its connection.
   if (!request) return { address: undefined, gone: false };
   const socket = request.socket ?? request.raw?.socket;
-  return { address: request.ip ?? socket?.remoteAddress, gone: socket ? socket.destroyed === true : true };
+  if (!socket) return { address: request.ip, gone: true };
+  return { address: request.ip ?? socket.remoteAddress, gone: connectionEnded(socket) };
+}
+
+/**
+ * Whether a request's client has ended its connection:
+ * - destroyed: closed, or reset and Node has read the reset;
+ * - its reading side ended: the client shut its sending side (a FIN). It may have gone, or be
+ *   half-closed and still reading: TCP tells which only once an answer is written. So a request
+ *   that would wait for admissions in flight stops waiting, as for a client gone, and one decided
+ *   at once is answered, the server keeping such connections open for it (`answerHalfClosedClients`);
+ * - reset, not read yet: the kernel has the reset (it arrives with or right after the request, and
+ *   Node reads it only at its next turn for I/O), so the socket still looks open but its peer has
+ *   no address any more. A TCP socket always has a local address, which tells it from a server
+ *   listening on a Unix socket, whose connections never have a peer address.
+ */
+function connectionEnded(socket: ClientConnection): boolean {
+  if (socket.destroyed === true || socket.readableEnded === true) return true;
+  return socket.remoteAddress === undefined && socket.localAddress !== undefined;
+}
+
+/**
+ * Has Node's HTTP server answer clients that half-close their connections (send the request, then
+ * shut their sending side, and read the answer), for the HTTP server of Express and of Fastify
+ * alike. By default (`httpAllowHalfOpen` false) Node ends a connection as soon as its client shuts
+ * its side, so an answer not written by then never leaves: every handler slower than that, and
+ * every request decided after a store call, is lost to such a client, and a `countOn` rule counts
+ * it as the response that never finished. Kept half-open, the server writes the answer and then
+ * closes; a client that left altogether is met by the write, as any other is.
+ *
+ * @param server what the HTTP adapter's `getHttpServer()` returns; anything else is left alone.
+ */
+export function answerHalfClosedClients(server: unknown): void {
+  const http = server as { httpAllowHalfOpen?: unknown } | undefined;
+  if (typeof http?.httpAllowHalfOpen === 'boolean') http.httpAllowHalfOpen = true;
 }
 
 /**
