@@ -131,6 +131,53 @@ describeStores('the demo app’s documented endpoints', (store) => {
     expect(await statuses(app, '/config', 1)).toEqual([200]);
   });
 
+  it('the admin endpoints without ADMIN_TOKEN: 404 however often they are called, never a 429', async () => {
+    await start();
+    const answers = [];
+    for (let i = 0; i < 15; i += 1) {
+      const call = request(app.getHttpServer()).get('/admin/limits');
+      answers.push((await (i % 2 ? call.set('authorization', 'Bearer guess') : call)).status);
+    }
+    expect(answers).toEqual(repeat(404, 15));
+  });
+
+  it('the admin endpoints count only failed authentication: the operator’s own 400s never lock them out', async () => {
+    await start({ ADMIN_TOKEN: 'demo-token' });
+    const typos = [];
+    for (let i = 0; i < 12; i += 1) {
+      typos.push(
+        (
+          await request(app.getHttpServer())
+            .patch('/admin/limits/demo.config')
+            .set('authorization', 'Bearer demo-token')
+            .send({ window: 'soon' })
+        ).status,
+      );
+    }
+    expect(typos).toEqual(repeat(400, 12));
+    await request(app.getHttpServer()).get('/admin/limits').set('authorization', 'Bearer demo-token').expect(200);
+  });
+
+  it('the admin endpoints: wrong or missing tokens are locked out after 10; the right token from that address is not', async () => {
+    await start({ ADMIN_TOKEN: 'demo-token' });
+    const guesses = [];
+    for (let i = 0; i < 10; i += 1) {
+      const call = request(app.getHttpServer()).get('/admin/limits');
+      guesses.push((await (i % 2 ? call : call.set('authorization', `Bearer guess-${i}`))).status);
+    }
+    expect(guesses).toEqual(repeat(401, 10));
+    const locked = await request(app.getHttpServer())
+      .get('/admin/limits')
+      .set('authorization', 'Bearer guess')
+      .expect(429);
+    expect(Number(locked.headers['retry-after'])).toBeGreaterThan(890);
+    await request(app.getHttpServer()).get('/admin/limits').expect(429);
+    // Someone else at the operator's address locked it out: the operator's calls still pass.
+    await request(app.getHttpServer()).get('/admin/limits').set('authorization', 'Bearer demo-token').expect(200);
+    await request(app.getHttpServer()).get('/admin/limits').set('authorization', 'Bearer nope').expect(429);
+    expect(locked.body.message).toContain("'admin-auth'");
+  });
+
   it.each([
     ['fixed-window', 5],
     ['sliding-window', 5],
@@ -178,14 +225,47 @@ describeStores('the demo app’s documented endpoints', (store) => {
     expect((await run('globex')).body).toEqual({ ran: true, left: 2 });
   });
 
-  it('POST /login/unlock: reset lifts this client’s lockout', async () => {
-    await start();
+  it('GET /login: no unlock without the admin token; the lockout holds through unlock attempts', async () => {
+    await start({ ADMIN_TOKEN: 'demo-token' });
+    const logins = [];
+    const openUnlocks = [];
+    const adminUnlocks = [];
+    for (let i = 0; i < 30; i += 1) {
+      logins.push((await request(app.getHttpServer()).get('/login?password=nope')).status);
+      if (i % 2 === 1) {
+        // The unlock of 0.2's demo, open to all, is gone; the admin one refuses callers without the token.
+        openUnlocks.push((await request(app.getHttpServer()).post('/login/unlock')).status);
+        adminUnlocks.push(
+          (await request(app.getHttpServer()).post('/admin/login/unlock').send({ ip: '127.0.0.1' })).status,
+        );
+      }
+    }
+    expect(logins).toEqual([...repeat(401, 3), ...repeat(429, 27)]);
+    await request(app.getHttpServer()).get('/login?password=demo').expect(429);
+    expect(openUnlocks).toEqual(repeat(404, 15));
+    // Failed authentications: 401 until the address is locked out of the admin endpoints too.
+    expect(adminUnlocks).toEqual([...repeat(401, 10), ...repeat(429, 5)]);
+  });
+
+  it('POST /admin/login/unlock: with the admin token, reset lifts a client’s /login lockout', async () => {
+    await start({ ADMIN_TOKEN: 'demo-token' });
+    const unlock = () =>
+      request(app.getHttpServer()).post('/admin/login/unlock').set('authorization', 'Bearer demo-token');
     expect(await statuses(app, '/login?password=nope', 3)).toEqual(repeat(401, 3));
     await request(app.getHttpServer()).get('/login?password=demo').expect(429);
-    await request(app.getHttpServer()).post('/login/unlock').expect(204);
+    await unlock().send({}).expect(400);
+    // supertest connects from 127.0.0.1 (as ::ffff:127.0.0.1 on a dual-stack server: the same client).
+    await unlock().send({ ip: '127.0.0.1' }).expect(204);
     await request(app.getHttpServer()).get('/login?password=demo').expect(200);
     // Its failures are gone too: three more before the next lockout.
     expect(await statuses(app, '/login?password=nope', 3)).toEqual(repeat(401, 3));
     await request(app.getHttpServer()).get('/login?password=nope').expect(429);
+  });
+
+  it('POST /admin/login/unlock without ADMIN_TOKEN: 404', async () => {
+    await start();
+    expect(await statuses(app, '/login?password=nope', 3)).toEqual(repeat(401, 3));
+    await request(app.getHttpServer()).post('/admin/login/unlock').send({ ip: '127.0.0.1' }).expect(404);
+    await request(app.getHttpServer()).get('/login?password=demo').expect(429);
   });
 });

@@ -1,23 +1,22 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { connect } from 'node:net';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { until } from '../support/poll.js';
 import { type RedisServer, freePort, startRedisServer } from '../support/redis-server.js';
+import { PACKAGE, ROOT, copyPackage } from './package-copy.js';
 
 /**
  * The package as a user gets it: built, packed with `npm pack`, installed from the tarball into a
- * fresh app outside the repository, compiled with plain `tsc`, booted with `node`. The app's sources
- * are the README's own code blocks (each that starts with a `// src/<file>.ts` line), so the README
- * can never show code that does not compile or does not work.
+ * fresh app outside the repository with plain `npm install` commands (never `--legacy-peer-deps`
+ * or `--force`), compiled with plain `tsc`, booted with `node`. The app's sources are the README's
+ * own code blocks (each that starts with a `// src/<file>.ts` line), so the README can never show
+ * code that does not compile or does not work.
  */
 
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const PACKAGE = join(ROOT, 'libs/rate-limit');
 const run = promisify(execFile);
 const rootManifest = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as {
   dependencies: Record<string, string>;
@@ -25,6 +24,8 @@ const rootManifest = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')
 };
 /** The versions the repository is tested with: what the consumer apps install next to the package. */
 const version = (name: string) => rootManifest.dependencies[name] ?? rootManifest.devDependencies[name];
+/** The oldest ioredis the package's peer range admits, for the app on ioredis 5. */
+const IOREDIS_5 = '5.4.0';
 
 /** The README's `// src/<file>.ts` blocks, by file name. */
 function readmeSources(): Map<string, string> {
@@ -36,25 +37,48 @@ function readmeSources(): Map<string, string> {
 
 type Flavour = 'esm' | 'commonjs';
 
-/** A fresh app in its own folder, shaped like the Nest CLI's starter, in ESM or CommonJS. */
-async function createApp(flavour: Flavour, tarball: string): Promise<string> {
+/** `npm install` arguments, one list per command, run one after another as a user would. */
+type Installs = readonly (readonly string[])[];
+
+/** The README's `npm install` commands (in its Install section), each as the packages it names. */
+function readmeInstalls(): string[][] {
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const start = readme.indexOf('\n## Install\n');
+  const section = readme.slice(start, readme.indexOf('\n## ', start + 1));
+  return [...section.matchAll(/```bash\n([\s\S]*?)```/g)].flatMap(([, code]) =>
+    code
+      .split('\n')
+      .filter((line) => line.startsWith('npm install '))
+      .map((line) => line.slice('npm install '.length).trim().split(/\s+/)),
+  );
+}
+
+/** The packages of a README command as the test installs them: the tarball, and the versions the repository is tested with. */
+function pinned(packages: readonly string[], tarball: string, ioredis = version('ioredis')): string[] {
+  return packages.map((name) => {
+    if (name === 'nest-rate-limit') return tarball;
+    return `${name}@${name === 'ioredis' ? ioredis : version(name)}`;
+  });
+}
+
+/**
+ * A fresh app in its own folder, shaped like the Nest CLI's starter (what `nest new` depends on),
+ * in ESM or CommonJS, then the given `npm install` commands.
+ */
+async function createApp(flavour: Flavour, installs: Installs, dirs: string[]): Promise<string> {
   const dir = mkdtempSync(join(tmpdir(), `rl-consumer-${flavour}-`));
+  // Removed after the suite even when an install below fails.
+  dirs.push(dir);
   const manifest = {
     name: `consumer-${flavour}`,
     private: true,
     ...(flavour === 'esm' ? { type: 'module' } : {}),
-    dependencies: Object.fromEntries([
-      ['nest-rate-limit', `file:${tarball}`],
-      ...[
-        '@nestjs/common',
-        '@nestjs/core',
-        '@nestjs/config',
-        '@nestjs/platform-express',
-        'ioredis',
-        'reflect-metadata',
-        'rxjs',
-      ].map((name) => [name, version(name)]),
-    ]),
+    dependencies: Object.fromEntries(
+      ['@nestjs/common', '@nestjs/core', '@nestjs/platform-express', 'reflect-metadata', 'rxjs'].map((name) => [
+        name,
+        version(name),
+      ]),
+    ),
     devDependencies: { typescript: version('typescript'), '@types/node': version('@types/node') },
   };
   writeFileSync(join(dir, 'package.json'), JSON.stringify(manifest, null, 2));
@@ -82,18 +106,43 @@ async function createApp(flavour: Flavour, tarball: string): Promise<string> {
   );
   mkdirSync(join(dir, 'src'));
   const sources = readmeSources();
-  // The app boots from these two; the README's other blocks are compiled with them.
-  expect([...sources.keys()]).toEqual(expect.arrayContaining(['src/app.module.ts', 'src/main.ts']));
+  // The app boots from these; the README's other blocks are compiled with them.
+  expect([...sources.keys()]).toEqual(
+    expect.arrayContaining(['src/app.module.ts', 'src/main.ts', 'src/health.module.ts']),
+  );
   for (const [file, code] of sources) writeFileSync(join(dir, file), code);
-  // From npm's cache when it has them (CI's `npm ci` filled it), else from the registry.
-  await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: dir });
+  // The README's health module, booted as main.ts boots the app module.
+  writeFileSync(
+    join(dir, 'src/health-main.ts'),
+    sources
+      .get('src/main.ts')!
+      .replace("import { AppModule } from './app.module.js';", "import { HealthAppModule } from './health.module.js';")
+      .replace('NestFactory.create(AppModule)', 'NestFactory.create(HealthAppModule)'),
+  );
+  for (const packages of installs) {
+    // From npm's cache when it has them (CI's `npm ci` filled it), else from the registry. A failed
+    // command (an ERESOLVE) rejects with npm's output.
+    await run('npm', ['install', ...packages, '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'], {
+      cwd: dir,
+    });
+  }
   return dir;
 }
 
-/** `node dist/main.js` on a free port; resolves once it answers. */
-async function boot(dir: string, env: Record<string, string>): Promise<{ url: string; process: ChildProcess }> {
+/** The version of a package the app has installed. */
+function installed(dir: string, name: string): string {
+  return (JSON.parse(readFileSync(join(dir, 'node_modules', name, 'package.json'), 'utf8')) as { version: string })
+    .version;
+}
+
+/** `node dist/main.js` (or another entry) on a free port; resolves once it answers. */
+async function boot(
+  dir: string,
+  env: Record<string, string>,
+  entry = 'dist/main.js',
+): Promise<{ url: string; process: ChildProcess }> {
   const port = await freePort();
-  const child = spawn(process.execPath, ['dist/main.js'], {
+  const child = spawn(process.execPath, [entry], {
     cwd: dir,
     env: { ...process.env, ...env, PORT: String(port) },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -142,9 +191,8 @@ describe('the packed package in fresh apps outside the repository', () => {
     packDir = mkdtempSync(join(tmpdir(), 'rl-pack-'));
     const copy = join(packDir, 'package');
     mkdirSync(copy);
-    for (const file of ['package.json', 'LICENSE', 'CHANGELOG.md']) cpSync(join(PACKAGE, file), join(copy, file));
-    // What the package's prepack adds: the README and the docs it links to.
-    await run(process.execPath, [join(PACKAGE, 'scripts/bundle-docs.mjs'), copy]);
+    // What the package's prepack adds: the README and the docs it links to, their links made to work.
+    await copyPackage(copy);
     const tsc = join(ROOT, 'node_modules/.bin/tsc');
     await run(tsc, ['-p', join(PACKAGE, 'tsconfig.build.json'), '--outDir', join(copy, 'dist')]);
     await run('npm', ['pack', '--ignore-scripts', '--pack-destination', packDir, '--loglevel=error'], { cwd: copy });
@@ -174,17 +222,50 @@ describe('the packed package in fresh apps outside the repository', () => {
     expect(files.filter((file) => file.startsWith('package/src/') || file.includes('.spec.'))).toEqual([]);
   });
 
-  it.each<[Flavour, 'Redis' | 'embedded']>([
-    ['esm', 'Redis'],
-    ['commonjs', 'embedded'],
+  it('the README’s Install section: the package with the peers a `nest new` app lacks, then terminus and prom-client', () => {
+    expect(readmeInstalls()).toEqual([
+      ['nest-rate-limit', '@nestjs/config', 'ioredis'],
+      ['@nestjs/terminus', 'prom-client'],
+    ]);
+  });
+
+  it.each<[string, Flavour, 'Redis' | 'embedded', (tarball: string) => Installs]>([
+    [
+      'the README’s commands in order',
+      'esm',
+      'Redis',
+      (tarball) => readmeInstalls().map((packages) => pinned(packages, tarball)),
+    ],
+    [
+      'the package alone (npm adds its peers), then terminus and prom-client',
+      'commonjs',
+      'embedded',
+      (tarball) => [[tarball], pinned(readmeInstalls()[1], tarball)],
+    ],
+    [
+      'the README’s commands the other way round, on ioredis 5.4',
+      'esm',
+      'Redis',
+      (tarball) =>
+        readmeInstalls()
+          .reverse()
+          .map((packages) => pinned(packages, tarball, IOREDIS_5)),
+    ],
   ])(
-    '%s app, %s store: the README code compiles with tsc, boots, and limits: 200, 200, 200, 429 with Retry-After',
-    { timeout: 180_000 },
-    async (flavour, store) => {
-      const dir = await createApp(flavour, tarball);
-      dirs.push(dir);
-      await run(join(dir, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.json'], { cwd: dir });
-      const app = await boot(dir, store === 'Redis' ? { REDIS_URL: redis.url } : {});
+    '%s: a %s app installs with plain npm install; on the %s store the README code compiles with tsc, boots, limits (200, 200, 200, 429 with Retry-After) and reports its health and metrics',
+    { timeout: 240_000 },
+    async (_, flavour, store, installs) => {
+      const dir = await createApp(flavour, installs(tarball), dirs);
+      if (installs(tarball).some((packages) => packages.includes(`ioredis@${IOREDIS_5}`))) {
+        expect(installed(dir, 'ioredis')).toBe(IOREDIS_5);
+      }
+      await run(join(dir, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.json'], { cwd: dir }).catch(
+        (error: { stdout?: string }) => {
+          throw new Error(`tsc failed:\n${error.stdout}`);
+        },
+      );
+      const env: Record<string, string> = store === 'Redis' ? { REDIS_URL: redis.url } : {};
+      const app = await boot(dir, env);
       processes.push(app.process);
       const responses = [];
       for (let i = 0; i < 4; i += 1) responses.push(await fetch(`${app.url}/hello`));
@@ -198,6 +279,16 @@ describe('the packed package in fresh apps outside the repository', () => {
         expect(stdout).toMatch(/^[1-9]\d* keys under 'rl:', 0 without a TTL$/m);
       }
       app.process.kill('SIGTERM');
+
+      const health = await boot(dir, env, 'dist/health-main.js');
+      processes.push(health.process);
+      const report = await fetch(`${health.url}/health`);
+      expect(report.status).toBe(200);
+      expect(await report.json()).toMatchObject({ status: 'ok', info: { rate_limit: { status: 'up' } } });
+      const metrics = await fetch(`${health.url}/metrics`);
+      expect(metrics.headers.get('content-type')).toMatch(/^text\/plain/);
+      expect(await metrics.text()).toContain('rate_limit_decisions_total');
+      health.process.kill('SIGTERM');
     },
   );
 });

@@ -1,4 +1,4 @@
-import { Controller, HttpCode, Ip, Param, Post } from '@nestjs/common';
+import { Controller, HttpCode, Param, Post } from '@nestjs/common';
 import { RateLimiterService } from 'nest-rate-limit';
 
 /** A tenant's jobs: 3 per 10 s. Declared as options, for work that no route's guard decides. */
@@ -6,7 +6,7 @@ const TENANT_JOBS = { name: 'demo-jobs', count: 3, window: '10s' } as const;
 
 /**
  * Deciding outside the guard, as a queue worker or a cron job would: `consume` admits a job or says
- * how long to wait, and `reset` lifts a lockout (an administrator's action).
+ * how long to wait. (`reset`, which lifts a lockout, is an administrator's action: `AdminController`.)
  */
 @Controller()
 export class JobsController {
@@ -19,12 +19,5 @@ export class JobsController {
     const outcome = await this.limiter.consume(TENANT_JOBS, tenant);
     if (outcome.allowed) return { ran: true, left: outcome.reported?.remaining };
     return { ran: false, retryInMs: outcome.reported?.resetMs };
-  }
-
-  /** Lifts this client's `GET /login` lockout and failures (the rule as the guard counts it, by IP). */
-  @Post('login/unlock')
-  @HttpCode(204)
-  async unlock(@Ip() ip: string) {
-    await this.limiter.reset('FeaturesController.login', ip);
   }
 }
