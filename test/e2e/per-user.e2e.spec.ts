@@ -5,6 +5,7 @@ import {
   Get,
   type INestApplication,
   Injectable,
+  Module,
   UnauthorizedException,
   UseGuards,
 } from '@nestjs/common';
@@ -55,6 +56,20 @@ class OrdersController {
   }
 }
 
+/** The same controller in a feature module that does not import RateLimitModule, as apps lay them out. */
+@Controller('account')
+@UseGuards(AuthGuard)
+class AccountController {
+  @Get()
+  @RateLimit({ count: 1, window: '1m', by: (ctx) => ctx.switchToHttp().getRequest<AuthenticatedRequest>().user?.id })
+  get() {
+    return { ok: true };
+  }
+}
+
+@Module({ controllers: [AccountController] })
+class AccountModule {}
+
 describeStoresAndPlatforms('per-user limits behind an auth guard', (store, platform) => {
   let app: INestApplication | undefined;
   let logs: LogCapture;
@@ -68,6 +83,7 @@ describeStoresAndPlatforms('per-user limits behind an auth guard', (store, platf
     logs = new LogCapture();
     app = await createTestApp({
       controllers: [ProfileController, OrdersController],
+      imports: [AccountModule],
       rateLimit: { redis: await store.redis(), keyPrefix: uniquePrefix() },
       platform,
       logger: logs,
@@ -111,5 +127,13 @@ describeStoresAndPlatforms('per-user limits behind an auth guard', (store, platf
     const refused = await get('/orders', 'erin');
     expect(refused.status).toBe(429);
     expect(refused.body.message).toMatch(/orders-per-address/);
+  });
+
+  it('works in a feature module that does not import RateLimitModule', async () => {
+    await start();
+    expect((await get('/account', 'alice')).status).toBe(200);
+    expect((await get('/account', 'alice')).status).toBe(429);
+    expect((await get('/account', 'bob')).status).toBe(200);
+    expect((await get('/account')).status).toBe(401);
   });
 });
