@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -177,5 +177,17 @@ describe('the limits CLI without a Redis to reach', () => {
     expect(result.stderr).toBe(
       `Cannot reach Redis at 127.0.0.1:${port} (from REDIS_URL): is it running, and is REDIS_URL the address the apps use (with their password, or rediss:// for TLS)?\n`,
     );
+  });
+});
+
+describe('npm run limits', () => {
+  it('runs the built CLI without building again, so a running demo keeps its dist/', async () => {
+    const built = statSync(CLI).mtimeMs;
+    // A refusal needs no Redis: the arguments are checked first.
+    const result = await promisify(execFile)('npm', ['run', '--silent', 'limits', '--', 'set', 'demo.config'], {
+      cwd: ROOT,
+    }).catch((error: { code: number; stderr: string }) => error);
+    expect('code' in result && result.code).toBe(2);
+    expect(statSync(CLI).mtimeMs).toBe(built);
   });
 });
