@@ -64,8 +64,8 @@ export class KeysInFlight {
       inFlight.units -= hit.cost;
       if (consumption) inFlight.left = consumption.decisions[i].remaining;
       const { waiting } = inFlight;
-      if (inFlight.units === 0 && waiting.length === 0) {
-        this.keys.delete(hit.key);
+      if (waiting.length === 0) {
+        if (inFlight.units === 0) this.keys.delete(hit.key);
         return;
       }
       // All of them ask again, in the order they came: the first ones go, the rest are held again
