@@ -139,7 +139,7 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
         this.subscribed = on;
         this.readSinceSubscribed = false;
         if (on) this.subscriptions += 1;
-        // After a gap, announcements may have been missed: read everything again.
+        // After a gap, announcements may have been missed: read the keys held again.
         if (on) void this.readKnown().catch(() => undefined);
       },
       refused: (error) =>
@@ -274,11 +274,11 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
   private async readUntilCurrent(): Promise<void> {
     do {
       this.readAgain = false;
-      await this.readEverything();
+      await this.readHeldKeys();
     } while (this.readAgain);
   }
 
-  private async readEverything(): Promise<void> {
+  private async readHeldKeys(): Promise<void> {
     const subscription = this.subscribed ? this.subscriptions : -1;
     // The rules' keys: the registry has them from the modules' init, before Redis is first ready.
     for (const rule of this.registry.all()) if (rule.configKey !== undefined) this.known.add(rule.configKey);
@@ -317,7 +317,7 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
     } catch (error) {
       // Kept as it was; the next full read (every `liveConfig.refreshMs`) catches up, and tells
       // whether the hash can be read at all.
-      if (error instanceof Error && error.message.includes('WRONGTYPE')) this.readSinceSubscribed = false;
+      if (isWrongType(error)) this.readSinceSubscribed = false;
     }
   }
 
@@ -374,7 +374,7 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
 
   /** `error`, or when it is Redis's WRONGTYPE, the error that names the key and what it holds. */
   private async explained(error: unknown, consequence: string): Promise<unknown> {
-    if (!(error instanceof Error) || !error.message.includes('WRONGTYPE')) return error;
+    if (!isWrongType(error)) return error;
     const type = await this.redis
       .operation(this.redis.client.type(this.keys.hash), 'TYPE')
       .catch(() => 'value of another type');
@@ -386,4 +386,9 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
       `Redis key '${this.keys.hash}' holds a ${type}, not the hash of live limits: ${consequence}; delete it (or choose another keyPrefix) and write the limits again`,
     );
   }
+}
+
+/** Redis's reply to a hash command on a key of another type. */
+function isWrongType(error: unknown): boolean {
+  return error instanceof Error && error.message.includes('WRONGTYPE');
 }
