@@ -27,8 +27,9 @@ class DroppingProxy {
       const upstream = connect(redisPort, '127.0.0.1');
       client.on('data', (data) => upstream.write(data));
       upstream.on('data', (data) => {
-        // The consume script's reply for one rule: an array of six (possibly sharing a chunk with others).
-        if (this.dropNextArrayReply && data.includes('*6\r\n')) {
+        // A consume script's reply for one rule: an array of integers, two (the fast script) or six
+        // (the full one), possibly sharing a chunk with other replies.
+        if (this.dropNextArrayReply && /\*[26]\r\n:/.test(data.toString('latin1'))) {
           this.dropNextArrayReply = false;
           client.destroy();
           upstream.destroy();

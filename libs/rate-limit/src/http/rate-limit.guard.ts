@@ -57,7 +57,7 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     answerHalfClosedClients(this.adapterHost.httpAdapter?.getHttpServer());
   }
 
-  async canActivate(context: ExecutionContext): Promise<boolean> {
+  canActivate(context: ExecutionContext): boolean | Promise<boolean> {
     const rules = this.registry.rulesFor(context.getClass(), context.getHandler());
     if (rules.length === 0) return true;
     if (this.registry.decidedAfterGuards(rules)) {
@@ -76,10 +76,14 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
   decideAfterGuards(context: ExecutionContext): Promise<boolean> {
     const rules = this.registry.rulesFor(context.getClass(), context.getHandler());
     if (!this.registry.decidedAfterGuards(rules)) return Promise.resolve(true);
-    return this.decide(rules, context);
+    try {
+      return Promise.resolve(this.decide(rules, context));
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
-  private async decide(rules: readonly RateLimitRule[], context: ExecutionContext): Promise<boolean> {
+  private decide(rules: readonly RateLimitRule[], context: ExecutionContext): boolean | Promise<boolean> {
     const transport = transportOf(context);
     // Bootstrap refuses rules on such handlers; should one get past it, it must not pass unlimited.
     if (!transport) {
@@ -91,17 +95,27 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     const invocation = invocationOf(context);
     const earlier = outcomeOf(invocation);
     if (earlier) return earlier.allowed;
+    return this.limiter.check(rules, context).then((outcome) => {
+      attachOutcome(invocation, outcome);
+      if (transport === 'http') return this.answerHttp(outcome, context);
+      return this.answerOther(outcome, context, transport);
+    });
+  }
 
-    const outcome = await this.limiter.check(rules, context);
-    attachOutcome(invocation, outcome);
-    if (transport === 'http') return this.answerHttp(outcome, context);
+  /** A GraphQL operation or a WebSocket message. */
+  private answerOther(
+    outcome: RateLimitOutcome,
+    context: ExecutionContext,
+    transport: 'graphql' | 'ws',
+  ): boolean | Promise<boolean> {
     if (outcome.allowed) return true;
     const rejected = outcome.reported!;
     if (transport === 'ws') {
-      const reject = await loadWsRejection();
-      const message = context.switchToWs();
-      const refused = { pattern: message.getPattern(), data: message.getData<unknown>() };
-      throw withoutStack(() => reject(retryAfterSeconds(rejected), rejected.rule.name, refused));
+      return loadWsRejection().then((reject) => {
+        const message = context.switchToWs();
+        const refused = { pattern: message.getPattern(), data: message.getData<unknown>() };
+        throw withoutStack(() => reject(retryAfterSeconds(rejected), rejected.rule.name, refused));
+      });
     }
     this.setRetryAfter(context, rejected);
     throw withoutStack(() => this.createException(rejected, context));

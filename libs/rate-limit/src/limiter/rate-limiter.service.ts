@@ -89,17 +89,24 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
    * Decides one HTTP request against all its rules. Rejects (without counting anything) when an
    * identity or cost resolver throws, e.g. a `BadRequestException` for a missing API key.
    */
-  async check(rules: readonly RateLimitRule[], context: ExecutionContext): Promise<RateLimitOutcome> {
+  check(rules: readonly RateLimitRule[], context: ExecutionContext): Promise<RateLimitOutcome> {
     const preparing: (PreparedRule | Promise<PreparedRule>)[] = [];
-    for (const rule of rules) {
-      const thresholds = this.hits.thresholdsOf(rule);
-      // A rule turned off is not prepared either: its identity and cost resolvers do not run.
-      if (thresholds.mode !== 'off') preparing.push(this.hits.forRequest(rule, thresholds, context));
+    let waits = false;
+    try {
+      for (const rule of rules) {
+        const thresholds = this.hits.thresholdsOf(rule);
+        // A rule turned off is not prepared either: its identity and cost resolvers do not run.
+        if (thresholds.mode === 'off') continue;
+        const prepared = this.hits.forRequest(rule, thresholds, context);
+        if (prepared instanceof Promise) waits = true;
+        preparing.push(prepared);
+      }
+    } catch (error) {
+      return Promise.reject(error);
     }
-    const prepared = preparing.some((p) => p instanceof Promise)
-      ? await Promise.all(preparing)
-      : (preparing as PreparedRule[]);
-    return this.decide(prepared, () => clientGone(context));
+    const gone = () => clientGone(context);
+    if (!waits) return this.decide(preparing as PreparedRule[], gone);
+    return Promise.all(preparing).then((prepared) => this.decide(prepared, gone));
   }
 
   /**
@@ -113,24 +120,28 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
    * if (!outcome.allowed) return job.moveToDelayed(Date.now() + outcome.reported!.resetMs);
    * ```
    */
-  async consume(
+  consume(
     rules: RateLimitRuleRef | readonly RateLimitRuleRef[],
     identity: string,
     cost = 1,
   ): Promise<RateLimitOutcome> {
-    const resolved = this.rulesOf(rules, 'consume');
-    checkIdentity(identity, 'consume');
-    if (!Number.isSafeInteger(cost) || cost < 0) {
-      throw new RateLimitConfigurationError(
-        `RateLimiterService.consume: 'cost' must be a whole number >= 0, got ${cost}`,
-      );
-    }
     const prepared: PreparedRule[] = [];
-    for (const rule of resolved) {
-      const thresholds = this.hits.thresholdsOf(rule);
-      if (thresholds.mode !== 'off') prepared.push(this.hits.forIdentity(rule, thresholds, identity, cost));
+    try {
+      const resolved = this.rulesOf(rules, 'consume');
+      checkIdentity(identity, 'consume');
+      if (!Number.isSafeInteger(cost) || cost < 0) {
+        throw new RateLimitConfigurationError(
+          `RateLimiterService.consume: 'cost' must be a whole number >= 0, got ${cost}`,
+        );
+      }
+      for (const rule of resolved) {
+        const thresholds = this.hits.thresholdsOf(rule);
+        if (thresholds.mode !== 'off') prepared.push(this.hits.forIdentity(rule, thresholds, identity, cost));
+      }
+    } catch (error) {
+      return Promise.reject(error);
     }
-    return this.decide(prepared, () => false);
+    return this.decide(prepared, neverGone);
   }
 
   /**
@@ -196,11 +207,22 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   }
 
   /**
-   * One store call for all rules (none of them `'off'`); asked again while the only refusals are
-   * `countOn` units in flight (they may yet be refunded), up to `countOn.inFlightWaitMs`.
+   * One store call for all rules (none of them `'off'`). Rules with `countOn` or in `'shadow'` mode
+   * may take more (`decideAsking`); the others, nearly every request, take just that one.
    */
-  private async decide(prepared: readonly PreparedRule[], gone: () => boolean): Promise<RateLimitOutcome> {
-    if (prepared.length === 0) return rateLimitOutcome([], true, []);
+  private decide(prepared: readonly PreparedRule[], gone: () => boolean): Promise<RateLimitOutcome> {
+    if (prepared.length === 0) return Promise.resolve(rateLimitOutcome([], true, []));
+    for (const { hit, thresholds } of prepared) {
+      if (hit.conditional || thresholds.mode === 'shadow') return this.decideAsking(prepared, gone);
+    }
+    return this.consumeOf(prepared).then((consumption) => this.decided(prepared, consumption));
+  }
+
+  /**
+   * Asked again while the only refusals are `countOn` units in flight (they may yet be refunded),
+   * up to `countOn.inFlightWaitMs`; and without the `'shadow'` rules that alone refused.
+   */
+  private async decideAsking(prepared: readonly PreparedRule[], gone: () => boolean): Promise<RateLimitOutcome> {
     const waitUntil = performance.now() + this.options.countOn.inFlightWaitMs;
     for (let attempt = 0; ; attempt += 1) {
       const consumption = await this.consumeEnforced(prepared);
@@ -215,10 +237,14 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       ) {
         continue;
       }
-      const outcome = this.outcome(prepared, consumption);
-      this.metrics?.decided(outcome);
-      return outcome;
+      return this.decided(prepared, consumption);
     }
+  }
+
+  private decided(prepared: readonly PreparedRule[], consumption: ResilientConsumption): RateLimitOutcome {
+    const outcome = this.outcome(prepared, consumption);
+    this.metrics?.decided(outcome);
+    return outcome;
   }
 
   /**
@@ -257,6 +283,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   }
 
   private consumeOf(prepared: readonly PreparedRule[]): Promise<ResilientConsumption> {
+    if (prepared.length === 1) return this.store.consume([prepared[0].hit], [prepared[0].rule], this.now());
     return this.store.consume(
       prepared.map((p) => p.hit),
       prepared.map((p) => p.rule),
@@ -330,6 +357,11 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     const { clock } = this.options;
     return clock ? Math.floor(clock()) : undefined;
   }
+}
+
+/** Work outside HTTP has no connection that could close. */
+function neverGone(): boolean {
+  return false;
 }
 
 function checkIdentity(identity: unknown, method: string): void {

@@ -4,11 +4,18 @@ export class RedisTimeoutError extends Error {
 }
 
 interface Deadline {
-  /** On `performance.now()`. */
-  readonly at: number;
+  /** On `performance.now()`; Infinity while the call has not gone out (`sent`). */
+  at: number;
   readonly what: string;
   settled: boolean;
-  readonly reject: (error: Error) => void;
+  readonly fail: (error: unknown) => void;
+}
+
+/** Told how each call ended, in the same step that settles it (the circuit breaker). */
+export interface CallOutcomes {
+  succeeded(): void;
+  /** A call failed (or missed its deadline): resolves to the promise the caller gets instead. */
+  failed(error: unknown): Promise<never>;
 }
 
 /** Settled entries are dropped from the queue's front in batches of at least this many. */
@@ -30,28 +37,48 @@ export class CallDeadlines {
   private queue: Deadline[] = [];
   private head = 0;
   private timer: NodeJS.Timeout | undefined;
+  /** Calls held with the rest of their turn's (`WriteBatches`), whose deadlines start when they go out. */
+  private unsent: Deadline[] = [];
 
   constructor(private readonly timeoutMs: number) {}
 
-  /** `promise`, or a `RedisTimeoutError` naming `what` if it has not settled in time. */
-  track<T>(promise: Promise<T>, what: string): Promise<T> {
+  /**
+   * `promise`, or a `RedisTimeoutError` naming `what` if it has not settled in time; `outcomes` is
+   * told how it ended. One promise for all of it: every layer of promises is paid on every call.
+   * @param held the call has not gone out yet: its deadline starts at `sent()`. A loop stalled
+   *   before the call leaves must not count against Redis.
+   */
+  track<T>(promise: Promise<T>, what: string, outcomes?: CallOutcomes, held = false): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      const deadline: Deadline = { at: performance.now() + this.timeoutMs, what, settled: false, reject };
+      const fail = outcomes ? (error: unknown) => resolve(outcomes.failed(error)) : reject;
+      const at = held ? Infinity : performance.now() + this.timeoutMs;
+      const deadline: Deadline = { at, what, settled: false, fail };
       this.queue.push(deadline);
-      if (this.timer === undefined) this.arm(this.timeoutMs);
+      if (held) this.unsent.push(deadline);
+      else if (this.timer === undefined) this.arm(this.timeoutMs);
       promise.then(
         (value) => {
           if (deadline.settled) return;
           deadline.settled = true;
+          outcomes?.succeeded();
           resolve(value);
         },
         (error: unknown) => {
           if (deadline.settled) return;
           deadline.settled = true;
-          reject(error as Error);
+          fail(error);
         },
       );
     });
+  }
+
+  /** The held calls have gone out: their deadlines run from now. */
+  sent(): void {
+    if (this.unsent.length === 0) return;
+    const at = performance.now() + this.timeoutMs;
+    for (const deadline of this.unsent) deadline.at = at;
+    this.unsent = [];
+    if (this.timer === undefined) this.arm(this.timeoutMs);
   }
 
   private arm(ms: number): void {
@@ -71,7 +98,7 @@ export class CallDeadlines {
         setImmediate(() => {
           if (deadline.settled) return;
           deadline.settled = true;
-          deadline.reject(new RedisTimeoutError(`Redis did not answer ${deadline.what} within ${this.timeoutMs} ms`));
+          deadline.fail(new RedisTimeoutError(`Redis did not answer ${deadline.what} within ${this.timeoutMs} ms`));
         });
       }
     }

@@ -119,26 +119,41 @@ export class RedisCircuitBreaker {
   }
 
   /**
-   * While the circuit is closed, `call` runs as cockatiel's `execute` would run it, without its
-   * layers of promises on every call: a success goes to the breakers, a failure through `execute`
-   * (which counts it and opens the circuit when it must), and the caller gets the call's own error
-   * either way. Otherwise `execute` decides.
+   * Whether calls go to Redis unguarded now: then the caller runs them itself and reports how each
+   * ended (`succeeded`, `failed`), as cockatiel's `execute` would, without its layers of promises
+   * on every call. Otherwise `execute` decides.
    */
+  get closed(): boolean {
+    return this.policy.state === CircuitState.Closed;
+  }
+
+  /** A call made while closed succeeded. */
+  succeeded(): void {
+    this.breaker.success(CircuitState.Closed);
+  }
+
+  /**
+   * A call made while closed failed: counted through `execute` (which opens the circuit when it
+   * must); rejects with the call's own error either way.
+   */
+  failed(error: unknown): Promise<never> {
+    if (this.policy.state !== CircuitState.Closed) return Promise.reject(error);
+    return this.policy
+      .execute(() => Promise.reject(error))
+      .then(
+        () => Promise.reject(error),
+        () => Promise.reject(error),
+      );
+  }
+
   execute<T>(call: () => Promise<T>): Promise<T> {
     if (this.policy.state !== CircuitState.Closed) return this.policy.execute(call);
     return call().then(
       (value) => {
-        this.breaker.success(CircuitState.Closed);
+        this.succeeded();
         return value;
       },
-      (error: unknown) => {
-        if (this.policy.state !== CircuitState.Closed) throw error;
-        return this.policy
-          .execute(() => Promise.reject(error))
-          .catch(() => {
-            throw error;
-          });
-      },
+      (error: unknown) => this.failed(error),
     );
   }
 }

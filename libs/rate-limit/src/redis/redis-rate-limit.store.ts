@@ -17,15 +17,8 @@ import { INSPECT_LAYOUT, INSPECT_SCRIPTS, encodeInspect } from './scripts/inspec
 import type { LostWriteCheck, LostWriteRepairs } from './failover/lost-write-check.js';
 import type { ReplicaWait } from './failover/replica-wait.js';
 import type { RedisService } from './redis.service.js';
-import {
-  CONSUME_SCRIPTS,
-  PLAIN_CONSUME_SCRIPT,
-  askedForConsumeScripts,
-  decodeConsume,
-  encodeConsume,
-  encodePlainConsume,
-  isPlainConsume,
-} from './scripts/consume.script.js';
+import { CONSUME_SCRIPTS, decodeConsume, encodeConsume } from './scripts/consume.script.js';
+import { FIXED_WINDOW_FAST_SCRIPT, decodeFast, encodeFast, isFastHit } from './scripts/fixed-window-fast.script.js';
 import { RAISE_FIXED_WINDOW_SCRIPT, encodeRaiseFixedWindow } from './scripts/raise-fixed-window.script.js';
 import { REFUND_SCRIPTS, encodeRefund } from './scripts/refund.script.js';
 import { RESET_SCRIPT, encodeReset } from './scripts/reset.script.js';
@@ -72,6 +65,8 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
   private readonly markerShare: number | false;
   private readonly lostWrites: LostWriteCheck | undefined;
   private readonly replicaWait: ReplicaWait | undefined;
+  /** Whether calls may take FIXED_WINDOW_FAST_SCRIPT: no defence here needs more than it tells. */
+  private readonly fast: boolean;
 
   constructor(
     private readonly redis: RedisService,
@@ -81,7 +76,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     super();
     // Loaded on every (re)connect: these from the start, and each variant by algorithms once a call
     // first needs it (`RedisService.run` loads it before that call).
-    for (const script of [PLAIN_CONSUME_SCRIPT, RAISE_FIXED_WINDOW_SCRIPT, RESET_SCRIPT]) redis.register(script);
+    for (const script of [FIXED_WINDOW_FAST_SCRIPT, RAISE_FIXED_WINDOW_SCRIPT, RESET_SCRIPT]) redis.register(script);
     this.markerShare = defences.marker;
     this.lostWrites = defences.lostWrites;
     // A key another instance reset or refunded is no loss to repair here either. (News that may have
@@ -91,6 +86,9 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
       redis.watchLiftedKeys({ lifted: (keys) => lostWrites.forget(keys), listening: () => undefined });
     }
     this.replicaWait = defences.replicaWait;
+    // The lost-write check names windows by their start on Redis's clock, and the marker is written
+    // by the full script: with either, every call takes the full script.
+    this.fast = !this.lostWrites && this.markerShare === false && !this.replicaWait;
     this.description = `Redis store (${redis.describe()}; shared across instances)`;
   }
 
@@ -107,7 +105,46 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     );
   }
 
-  async consume(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitConsumption> {
+  consume(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitConsumption> {
+    if (this.fast && now === undefined && this.allFast(hits)) return this.consumeFast(hits);
+    return this.consumeFull(hits, now);
+  }
+
+  /** Whether FIXED_WINDOW_FAST_SCRIPT can decide these hits in one call (one slot on Cluster). */
+  private allFast(hits: readonly RateLimitHit[]): boolean {
+    if (hits.length === 1) return isFastHit(hits[0]);
+    return hits.every(isFastHit) && this.groupBySlot(hits.map((hit) => hit.key)).length === 1;
+  }
+
+  /** One FIXED_WINDOW_FAST_SCRIPT call; the full script when it asks for it (a key to repair). */
+  private consumeFast(hits: readonly RateLimitHit[]): Promise<RateLimitConsumption> {
+    const { keys, args } = encodeFast(hits);
+    return this.redis.run(FIXED_WINDOW_FAST_SCRIPT, keys, args).then((answer) => {
+      const reply = decodeFast(answer, hits);
+      if (!reply) return this.consumeFull(hits, undefined);
+      const { now, decisions, repaired, allowed } = reply;
+      for (let i = 0; i < hits.length; i += 1) if (repaired[i]) this.reportRepaired(hits[i]);
+      if (!allowed) return { allowed, decisions, receipts: undefined };
+      // The window is named by its start, as the full script's receipts name it; one admission per
+      // call, so no nonce is needed (a fixed window's refund takes units, not a member).
+      const receipts = hits.map((hit, i): RateLimitReceipt => ({
+        admittedAt: now,
+        nonce: '',
+        windowStart: now + decisions[i].resetMs - hit.windowMs,
+      }));
+      return { allowed, decisions, receipts };
+    });
+  }
+
+  private reportRepaired(hit: RateLimitHit): void {
+    this.problems.report(
+      `repaired:${hit.key.replace(/\{[^}]*\}/, '{}')}`,
+      `Mended a key found corrupt or without a TTL (${hit.key}, among others)`,
+    );
+  }
+
+  /** Any hits: the full script (CONSUME_SCRIPTS), one call per slot, and the failover defences. */
+  private async consumeFull(hits: readonly RateLimitHit[], now: number | undefined): Promise<RateLimitConsumption> {
     const nonce = this.nextNonce();
     // Whole milliseconds: the scripts' replies and sorted-set members carry no fractions.
     const at = now === undefined ? undefined : Math.floor(now);
@@ -250,23 +287,10 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
   ): Promise<GroupResult> {
     const group = indices.map((i) => hits[i]);
     const call = { now, nonce, hits: group, record, markerShare: this.markerShare };
-    let answer: unknown;
-    if (isPlainConsume(call)) {
-      const { keys, args } = encodePlainConsume(call);
-      answer = await this.redis.run(PLAIN_CONSUME_SCRIPT, keys, args);
-    }
-    if (answer === undefined || askedForConsumeScripts(answer)) {
-      const { keys, args } = encodeConsume(call);
-      answer = await this.redis.run(CONSUME_SCRIPTS.for(group), keys, args);
-    }
-    const reply = decodeConsume(answer, group.length);
+    const { keys, args } = encodeConsume(call);
+    const reply = decodeConsume(await this.redis.run(CONSUME_SCRIPTS.for(group), keys, args), group.length);
     const decisions = reply.rules.map((rule, i): RateLimitDecision => {
-      if (rule.repaired) {
-        this.problems.report(
-          `repaired:${group[i].key.replace(/\{[^}]*\}/, '{}')}`,
-          `Mended a key found corrupt or without a TTL (${group[i].key}, among others)`,
-        );
-      }
+      if (rule.repaired) this.reportRepaired(group[i]);
       const decision: RateLimitDecision = {
         allowed: rule.allowed,
         limit: group[i].limit,

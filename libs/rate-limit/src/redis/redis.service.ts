@@ -14,6 +14,7 @@ import { RATE_LIMIT_DEFAULTS } from '../module/defaults.js';
 import { mastersOf } from './masters.js';
 import { CallDeadlines, RedisTimeoutError } from './call-deadlines.js';
 import { unsupportedRedis } from './redis-version.js';
+import { WriteBatches } from './write-batches.js';
 
 export { RedisTimeoutError };
 
@@ -79,6 +80,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   private readonly listeners: { channel: string; listener: ChannelListener }[] = [];
   private subscriber: Redis | Cluster | undefined;
   private bootstrapped = false;
+  private readonly batches: WriteBatches | undefined;
 
   /** @internal Nest creates it from the module's options. */
   constructor(
@@ -120,6 +122,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
       this.ownsClient = true;
     }
     if (this.redis) {
+      this.batches = new WriteBatches(this.redis, () => this.deadlines.sent());
       this.redis.on('ready', this.onReady);
       // An 'error' event without a listener is printed for every reconnect attempt; the limiter
       // reports failures itself, by sampling, when a request meets them.
@@ -162,8 +165,14 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   run(script: RedisScript, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {
     // A variant built on first use (`ScriptsByAlgorithms`) is loaded on reconnects from now on.
     if (!this.scripts.has(script)) this.register(script);
-    const call = () => this.deadlines.track(script.run(this.client, keys, args), script.name);
-    return this.breaker ? this.breaker.execute(call) : call();
+    const { breaker } = this;
+    if (breaker && !breaker.closed) {
+      return breaker.execute(() =>
+        this.deadlines.track(script.run(this.client, keys, args), script.name, undefined, this.batches!.hold()),
+      );
+    }
+    const held = this.batches!.hold();
+    return this.deadlines.track(script.run(this.client, keys, args), script.name, breaker, held);
   }
 
   /**

@@ -108,14 +108,6 @@ export interface ScriptLayout<D extends LayoutDeclaration> {
    * rule's. Only those the layout has are defined.
    */
   readonly lua: string;
-  /**
-   * The same reading and replying as Lua statements to paste inline, for a script whose every
-   * microsecond counts (a function call and a table per rule cost Redis time on every call):
-   * `readHead` and `readRule` define each field as a local (`readRule` where `i` is the rule's
-   * index); `replyHead` starts `out` and `pushRule` appends to it, from locals named as the
-   * reply fields (a bits field from its bits' locals).
-   */
-  readonly inline: { readHead: string; readRule: string; replyHead: string; pushRule: string };
 }
 
 /** Lua's reserved words, which cannot be table keys written as `name = ...`. */
@@ -164,13 +156,6 @@ function replyValue(kind: ReplyKind, table: string, name: string): string {
   }
   if (kind === 'flag') return `(${table}.${name} and 1 or 0)`;
   return `${table}.${name}`;
-}
-
-/** A reply value from a local of the field's name (a bits field: from locals of its bits' names). */
-function inlineReplyValue(kind: ReplyKind, name: string): string {
-  if (typeof kind === 'object') return kind.bits.map((bit, i) => `(${bit} and ${2 ** i} or 0)`).join(' + ');
-  if (kind === 'flag') return `(${name} and 1 or 0)`;
-  return name;
 }
 
 /** A Lua table constructor of `name = value` entries, one a line (inside a function's body). */
@@ -270,45 +255,9 @@ export function defineScriptLayout<const D extends LayoutDeclaration>(name: stri
     lua.push(`local function pushRule(out, t)\n${pushes.join('\n')}\nend`);
   }
 
-  const locals = (names: readonly string[], values: readonly string[]) =>
-    names.length === 0 ? '' : `local ${names.join(', ')} = ${values.join(', ')}`;
-  const inline = {
-    readHead: [
-      locals(
-        headKeys,
-        headKeys.map((_, i) => `KEYS[${i + 1}]`),
-      ),
-      locals(
-        [...headArgs.map(([arg]) => arg), ...(hasRules ? [RULE_COUNT] : [])],
-        [
-          ...headArgs.map(([, kind], i) => readArg(kind, String(i + 1))),
-          ...(hasRules ? [`tonumber(ARGV[${headArgCount}])`] : []),
-        ],
-      ),
-    ]
-      .filter(Boolean)
-      .join('\n'),
-    readRule: [
-      `local k, a = ${offset(headKeys.length, ruleKeys.length)}, ${offset(headArgCount, ruleArgs.length)}`,
-      locals(
-        ruleKeys,
-        ruleKeys.map((_, i) => `KEYS[k + ${i + 1}]`),
-      ),
-      locals(
-        ruleArgs.map(([arg]) => arg),
-        ruleArgs.map(([, kind], i) => readArg(kind, `a + ${i + 1}`)),
-      ),
-    ]
-      .filter(Boolean)
-      .join('\n'),
-    replyHead: `local out = { ${replyHead.map(([field, kind]) => inlineReplyValue(kind, field)).join(', ')} }`,
-    pushRule: replyRule.map(([field, kind]) => `out[#out + 1] = ${inlineReplyValue(kind, field)}`).join('\n'),
-  };
-
   return {
     name,
     declaration,
-    inline,
     lua: `\n${lua.join('\n')}\n`,
     encode(head, rules = []) {
       const h = head as Record<string, unknown>;

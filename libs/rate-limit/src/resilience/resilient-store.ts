@@ -121,43 +121,77 @@ export class ResilientStore {
     return this.consumeAsking(hits, rules, now);
   }
 
-  /** Every hit asked of the store, unless the block cache knows the answer. */
-  private async consumeAsking(
+  /**
+   * Every hit asked of the store, unless the block cache knows the answer. Without a wait, one
+   * promise beyond the store's: this is the path nearly every request takes.
+   */
+  private consumeAsking(
     hits: readonly RateLimitHit[],
     rules: readonly HitHandling[],
     now: number | undefined,
   ): Promise<ResilientConsumption> {
+    // The block cache's time: the module's clock (as the store decides on it), else this process's.
+    const sentAt = now ?? performance.now();
+    const refused = this.blocked?.refusal(hits, sentAt);
+    if (refused) {
+      this.options.observer?.blockCacheHit();
+      return Promise.resolve(refused);
+    }
+    const waiting = this.inFlight?.enter(hits);
+    if (waiting) return this.consumeHeld(hits, rules, now, waiting);
+    return this.askEntered(hits, rules, now, sentAt);
+  }
+
+  /** A call held by `KeysInFlight`: asks the block cache again after each answer it waited for. */
+  private async consumeHeld(
+    hits: readonly RateLimitHit[],
+    rules: readonly HitHandling[],
+    now: number | undefined,
+    waiting: Promise<unknown>,
+  ): Promise<ResilientConsumption> {
     const { clock } = this.options;
-    for (let held = false; ; held = true) {
-      // The block cache's time: the module's clock (as the store decides on it), else this process's.
+    let at = now;
+    for (;;) {
+      const error = await waiting;
+      // The call waited for failed: so does this one, which never reached the store.
+      if (error !== undefined) {
+        this.inFlight!.leave(hits);
+        return this.decideWithout(hits, rules, error, at, true);
+      }
       // Read again after a wait: a block must not be judged on a time from before it.
-      const at = held && clock ? Math.floor(clock()) : now;
+      at = clock ? Math.floor(clock()) : now;
       const sentAt = at ?? performance.now();
       const refused = this.blocked?.refusal(hits, sentAt);
       if (refused) {
-        if (held) this.inFlight!.leave(hits);
+        this.inFlight!.leave(hits);
         this.options.observer?.blockCacheHit();
         return refused;
       }
-      const waiting = this.inFlight?.enter(hits);
-      if (waiting) {
-        const error = await waiting;
-        // The call waited for failed: so does this one, which never reached the store.
-        if (error !== undefined) {
-          this.inFlight!.leave(hits);
-          return this.decideWithout(hits, rules, error, at, true);
-        }
-        continue;
-      }
-      try {
-        const consumption = await this.ask(hits, at, sentAt);
+      const next = this.inFlight!.enter(hits);
+      if (!next) return this.askEntered(hits, rules, at, sentAt);
+      waiting = next;
+    }
+  }
+
+  /** One store call for hits `KeysInFlight` let go (if it holds any); a failure decided by the policies. */
+  private askEntered(
+    hits: readonly RateLimitHit[],
+    rules: readonly HitHandling[],
+    now: number | undefined,
+    sentAt: number,
+  ): Promise<ResilientConsumption> {
+    const since = this.blocked?.since ?? 0;
+    return this.call(hits, now).then(
+      (consumption) => {
+        this.learn(hits, consumption, now, sentAt, since);
         this.inFlight?.answered(hits, consumption);
         return consumption;
-      } catch (error) {
+      },
+      (error: unknown) => {
         this.inFlight?.answered(hits, undefined, error);
-        return this.decideWithout(hits, rules, error, at);
-      }
-    }
+        return this.decideWithout(hits, rules, error, now);
+      },
+    );
   }
 
   /**
@@ -281,14 +315,29 @@ export class ResilientStore {
   /** One call to the store, what it answered learned (block cache, fallback); throws what it throws. */
   private async ask(hits: readonly RateLimitHit[], now: number | undefined, sentAt: number) {
     const since = this.blocked?.since ?? 0;
+    const consumption = await this.call(hits, now);
+    this.learn(hits, consumption, now, sentAt, since);
+    return consumption;
+  }
+
+  private call(hits: readonly RateLimitHit[], now: number | undefined): Promise<RateLimitConsumption> {
     const { observer } = this.options;
-    const consumption = observer ? await this.timed(observer, hits, now) : await this.store.consume(hits, now);
+    return observer ? this.timed(observer, hits, now) : this.store.consume(hits, now);
+  }
+
+  /** What the store answered, learned: its refusals (block cache), its counts (fallback). */
+  private learn(
+    hits: readonly RateLimitHit[],
+    consumption: RateLimitConsumption,
+    now: number | undefined,
+    sentAt: number,
+    since: number,
+  ): void {
     this.blocked?.learn(hits, consumption, sentAt, since);
     if (this.fallback) {
       this.fallback.remember(hits, consumption, now ?? Date.now());
       if (this.fallback.hasPending) void this.recordFallbackUnits(now);
     }
-    return consumption;
   }
 
   private async timed(

@@ -16,8 +16,8 @@ import { FIXED_WINDOW_FIELDS } from './fields.js';
  *
  * From `markFrom` units on, the count also goes to the marker key, for as long as the window: a
  * counter lost in a failover resumes from it (the TypeScript twin never loses its state, so it has
- * no marker). `PLAIN_FIXED_WINDOW_LUA` below is the first form again, inline, for the calls most
- * requests make.
+ * no marker). `FIXED_WINDOW_FAST_SCRIPT` (`redis/scripts/`) is the first form again, inline and
+ * without the marker, for the calls most requests make.
  */
 /**
  * Lua: `ttlWindowStart(key, window)`, the start on Redis's clock of the window a counter on Redis's

@@ -1,9 +1,9 @@
 import { markerFrom } from '../failover/lost-write-marker.js';
-import { RedisScript, ScriptsByAlgorithms } from '../redis-script.js';
+import { ScriptsByAlgorithms } from '../redis-script.js';
 import { bits, defineScriptLayout } from '../script-protocol.js';
 import { keysBeside } from '../../store/key-layout.js';
 import type { RateLimitHit } from '../../store/rate-limit-store.js';
-import { ALGORITHM_ARGS, REDIS_TIME_LUA, algorithmArgs, algorithmsLua } from './shared.lua.js';
+import { ALGORITHM_ARGS, algorithmArgs, algorithmsLua } from './shared.lua.js';
 
 /** The reply of both consume scripts: all admitted, now, then per rule its decision. */
 const CONSUME_REPLY = {
@@ -143,121 +143,6 @@ end
 return out
 `,
 );
-
-/**
- * The call of PLAIN_CONSUME_SCRIPT: fixed-window rules on Redis's clock without `blockFor` or
- * `countOn` (the common case), so none of the keys and args those need. KEYS per rule: its state
- * key and its marker key. ARGV: per rule its limit, window ms, cost, and the count from which the
- * marker is written. The reply is CONSUME_LAYOUT's, or the one value -1 when a key needs what only
- * CONSUME_SCRIPTS does (see below).
- */
-export const PLAIN_CONSUME_LAYOUT = defineScriptLayout('consume-plain', {
-  rule: { keys: ['key', 'markerKey'], args: { limit: 'number', window: 'number', cost: 'number', markFrom: 'number' } },
-  reply: CONSUME_REPLY,
-});
-
-/**
- * PLAIN_CONSUME_SCRIPT's reply when CONSUME_SCRIPTS must decide instead: no count was changed (a TTL
- * given to an earlier rule's counter found without one stays).
- */
-export const ASK_CONSUME_SCRIPTS = -1;
-
-/**
- * CONSUME_SCRIPTS's decision for the calls most requests make, at the least cost to Redis: every
- * rule a fixed window on Redis's clock (`fixed-window.lua.ts`: an integer whose TTL is the window).
- * One INCRBY and one PEXPIRETIME per rule, the PEXPIREAT that starts a window, a DECRBY (or DEL) per
- * rule to take a rejected request back, and one TIME; no functions but that one, and no tables per
- * rule. Inline Lua, since Redis pays on every call for each function and argument a script has.
- *
- * A key it cannot read as a counter (a hash of an earlier version, junk) or a counter to resume from
- * its marker: it takes back what it counted and replies ASK_CONSUME_SCRIPTS, whose fixed-window Lua
- * repairs and decides. So there is one implementation of each repair; that Lua takes as a counter
- * exactly what INCRBY does.
- */
-export const PLAIN_CONSUME_SCRIPT = new RedisScript(
-  // Named as the operation it serves, in messages ("Redis did not answer consume").
-  CONSUME_LAYOUT.name,
-  `${REDIS_TIME_LUA}
--- KEYS and ARGV as PLAIN_CONSUME_LAYOUT lays them out (generated).
-${PLAIN_CONSUME_LAYOUT.inline.readHead}
-local keys, counts, windowEnds, costs, created, repairs = {}, {}, {}, {}, {}, {}
-local function undo(upTo)
-  for i = 1, upTo do
-    local key = keys[i]
-    if created[i] then redis.call('DEL', key) else redis.call('DECRBY', key, costs[i]) end
-  end
-end
--- Redis's time, read once: a new window's end is reckoned from it, and so is each reset.
-local all, now = true, redisTimeMs()
-for i = 1, rules do
-  ${PLAIN_CONSUME_LAYOUT.inline.readRule.replace(/\n/g, '\n  ')}
-  keys[i], costs[i] = key, cost
-  local count = redis.pcall('INCRBY', key, cost)
-  if type(count) == 'table' or count < cost then
-    -- Not a counter (a hash, a fraction, junk), or a negative one.
-    if type(count) == 'table' then undo(i - 1) else undo(i) end
-    return { ${ASK_CONSUME_SCRIPTS} }
-  end
-  local ends = redis.call('PEXPIRETIME', key)
-  if ends < 0 then
-    created[i] = count == cost
-    if created[i] and markFrom > 0 and redis.call('EXISTS', markerKey) == 1 then
-      undo(i)
-      return { ${ASK_CONSUME_SCRIPTS} }
-    end
-    -- A new window, or a counter found without a TTL (repaired: a window more at most).
-    ends = now + window
-    redis.call('PEXPIREAT', key, ends)
-    repairs[i] = not created[i]
-  end
-  counts[i], windowEnds[i] = count, ends
-  if count > limit then all = false end
-end
-local allowed = all
-${PLAIN_CONSUME_LAYOUT.inline.replyHead}
-for i = 1, rules do
-  ${PLAIN_CONSUME_LAYOUT.inline.readRule.replace(/\n/g, '\n  ')}
-  -- The caller reckons the window's start as now + reset - window. A window in its last ms by TIME
-  -- still reports 1 ms left.
-  local count, ends, repaired, provisional = counts[i], windowEnds[i], repairs[i], false
-  local reset = math.max(1, ends - now)
-  local allowed = count <= limit
-  local remaining = math.max(0, limit - (allowed and count or count - cost))
-  if all and markFrom > 0 and count >= markFrom then redis.call('SET', markerKey, count, 'PXAT', ends) end
-  ${PLAIN_CONSUME_LAYOUT.inline.pushRule.replace(/\n/g, '\n  ')}
-end
-if not all then undo(rules) end
-return out
-`,
-);
-
-/** Whether PLAIN_CONSUME_SCRIPT replied that CONSUME_SCRIPTS must decide (it changed nothing). */
-export function askedForConsumeScripts(reply: unknown): boolean {
-  return Array.isArray(reply) && reply.length === 1 && reply[0] === ASK_CONSUME_SCRIPTS;
-}
-
-/** Whether a call can go to PLAIN_CONSUME_SCRIPT. */
-export function isPlainConsume(call: ConsumeCall): boolean {
-  return (
-    call.now === undefined &&
-    !call.record &&
-    call.hits.every((hit) => hit.algorithm === 'fixed-window' && hit.blockMs === 0 && !hit.conditional)
-  );
-}
-
-export function encodePlainConsume(call: ConsumeCall): { keys: string[]; args: (string | number)[] } {
-  return PLAIN_CONSUME_LAYOUT.encode(
-    {},
-    call.hits.map((hit) => ({
-      key: hit.key,
-      markerKey: keysBeside(hit.key).markerKey,
-      limit: hit.limit,
-      window: hit.windowMs,
-      cost: hit.cost,
-      markFrom: markerFrom(call.markerShare, hit),
-    })),
-  );
-}
 
 /** One consume call: the hits of one hash slot. */
 export interface ConsumeCall {

@@ -27,7 +27,7 @@ export const REFUND_LAYOUT = defineScriptLayout('refund', {
 });
 
 /**
- * Ends admissions of one consume call (`PLAIN_CONSUME_SCRIPT` or `CONSUME_SCRIPTS`): the response
+ * Ends admissions of one consume call (`FIXED_WINDOW_FAST_SCRIPT` or `CONSUME_SCRIPTS`): the response
  * settled (a `countOn` rule's admission is no longer in flight) and, where asked, the units are
  * taken back: for refunds (`countOn`), and on Cluster for the slots that admitted a request
  * another slot rejected.
