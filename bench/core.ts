@@ -1,8 +1,10 @@
 /**
  * The cost of a decision against one Redis, side by side in one run: a bare one-EVALSHA fixed window
  * (the floor), rate-limiter-flexible's RateLimiterRedis (with and without its in-memory block), this
- * library's store call and its whole decision outside HTTP (`RateLimiterService.consume`:
- * thresholds, keys, deadline, breaker, lost-write check, block cache, fallback bookkeeping).
+ * library's store call, its whole decision outside HTTP (`RateLimiterService.consume`: thresholds,
+ * keys, deadline, breaker, block cache, fallback bookkeeping), and the same through the guard as
+ * Nest calls it for a request (`bench/support/guard-path.ts`: execution context, client address,
+ * headers, the 429), all on the module's defaults.
  *
  * - admitting: one fixed-window rule with a limit no call reaches, at 1, 16 and 128 calls in flight,
  *   on one hot key and on 10,000 distinct keys;
@@ -28,6 +30,7 @@ import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from 'nest-rate-limit';
 import { startRedisServer } from '../test/support/redis-server.js';
 import { redisCpuUs } from './support/redis-cpu.js';
 import { createStore, hit } from '../test/support/store-module.js';
+import { createGuardPath } from './support/guard-path.js';
 
 const QUICK = process.env.QUICK === '1';
 const IN_FLIGHT = [1, 16, 128] as const;
@@ -123,12 +126,15 @@ async function main(): Promise<void> {
     { name: 'bench2', count: HUGE, window: '1h' },
     { name: 'bench3', count: HUGE, window: '1d' },
   ];
+  // The same rules on controller methods, decided through the guard as Nest calls it for a request.
+  const guardPath = await createGuardPath(server.url, { bench: [rule], attack: [attackRule], three: threeRules });
 
   const admitting: Record<string, Decide> = {
     'one-EVALSHA floor': (key) => client.evalsha(floorSha, 1, `floor:{${key}}`, 60_000),
     'rate-limiter-flexible': (key) => settled(flexible.consume(String(key))),
     'ours: store call': (key) => store.consume([hit(`rl:{${key}}:bench:fw`, { limit: HUGE, windowMs: 60_000 })]),
     'ours: RateLimiterService.consume': (key) => limiter.consume(rule, String(key)),
+    'ours: guard path': (key) => guardPath.decide('bench', key),
     'ours: consume, metrics on': (key) => metered.limiter.consume(rule, String(key)),
   };
   const attack: Record<string, Decide> = {
@@ -136,6 +142,7 @@ async function main(): Promise<void> {
     'rate-limiter-flexible': () => settled(flexibleAttack.consume('attack')),
     'rate-limiter-flexible, in-memory block': () => settled(flexibleAttackBlock.consume('attack')),
     'ours: RateLimiterService.consume': () => limiter.consume(attackRule, 'attack'),
+    'ours: guard path': () => guardPath.decide('attack', 0),
     'ours: consume, metrics on': () => metered.limiter.consume(attackRule, 'attack'),
   };
   const three: Record<string, Decide> = {
@@ -144,6 +151,8 @@ async function main(): Promise<void> {
       Promise.all(flexibleThree.map((limiterOfRule) => settled(limiterOfRule.consume(String(key))))),
     'ours: 1 rule': (key) => limiter.consume(rule, String(key)),
     'ours: 3 rules': (key) => limiter.consume(threeRules, String(key)),
+    'ours: guard path, 1 rule': (key) => guardPath.decide('bench', key),
+    'ours: guard path, 3 rules': (key) => guardPath.decide('three', key),
   };
 
   const hot: Record<string, Decide> = {
@@ -279,6 +288,7 @@ async function main(): Promise<void> {
   } finally {
     await close();
     await metered.close();
+    await guardPath.close();
     client.disconnect();
     await server.stop();
   }

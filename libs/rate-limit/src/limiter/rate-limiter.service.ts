@@ -13,7 +13,8 @@ import { SampledLogger } from '../logging/sampled-logger.js';
 import { StoreProblemLog, describeError } from '../logging/store-problem-log.js';
 import { REJECTION_LOG_MAX_KEYS } from '../module/defaults.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
-import { ResilientStore, type ResilientConsumption } from '../resilience/resilient-store.js';
+import { DecidingStore, type ResilientConsumption } from '../resilience/deciding-store.js';
+import { LeasingStore } from '../resilience/leasing.store.js';
 import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 import {
   RateLimitConfigurationError,
@@ -59,11 +60,13 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   /** @internal Nest creates it; a subclass declares no constructor of its own. */
   constructor(
     @Inject(RESOLVED_RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
-    private readonly store: ResilientStore,
+    private readonly store: DecidingStore,
     private readonly problems: StoreProblemLog,
     private readonly registry: RateLimitRuleRegistry,
     configCentre: RateLimitConfigCentre,
     @Optional() @Inject(RATE_LIMIT_METRICS) private readonly metrics: DecisionObserver | null = null,
+    /** The store with leases on top, for requests with a rule that has `lease`; none: leases are not kept. */
+    @Optional() @Inject(LeasingStore) private readonly leasing: LeasingStore | null = null,
   ) {
     this.hits = new HitPreparation(configCentre, options.keyPrefix, options.ipv6PrefixBits, options.mode);
     const { logging } = options;
@@ -152,7 +155,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   async reset(rules: RateLimitRuleRef | readonly RateLimitRuleRef[], identity: string): Promise<void> {
     checkIdentity(identity, 'reset');
     const keys = this.rulesOf(rules, 'reset').flatMap((rule) => this.hits.keysOf(rule, identity));
-    await this.store.reset(keys);
+    await (this.leasing ?? this.store).reset(keys);
     this.inFlight.settled(keys);
   }
 
@@ -283,8 +286,9 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   }
 
   private consumeOf(prepared: readonly PreparedRule[]): Promise<ResilientConsumption> {
-    if (prepared.length === 1) return this.store.consume([prepared[0].hit], [prepared[0].rule], this.now());
-    return this.store.consume(
+    const store = this.leasing && prepared.some((p) => p.rule.lease > 0) ? this.leasing : this.store;
+    if (prepared.length === 1) return store.consume([prepared[0].hit], [prepared[0].rule], this.now());
+    return store.consume(
       prepared.map((p) => p.hit),
       prepared.map((p) => p.rule),
       this.now(),

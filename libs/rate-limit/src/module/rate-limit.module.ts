@@ -27,6 +27,11 @@ import { LostWriteCheck } from '../redis/failover/lost-write-check.js';
 import { ReplicaWait } from '../redis/failover/replica-wait.js';
 import { RedisRateLimitStore } from '../redis/redis-rate-limit.store.js';
 import { RedisService } from '../redis/redis.service.js';
+import { BlockCacheStore } from '../resilience/block-cache.store.js';
+import { BlockedKeys } from '../resilience/blocked-keys.js';
+import { DecidingStore } from '../resilience/deciding-store.js';
+import { LeasedUnits } from '../resilience/leased-units.js';
+import { LeasingStore } from '../resilience/leasing.store.js';
 import { ResilientStore } from '../resilience/resilient-store.js';
 import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 import { MemoryRateLimitStore } from '../store/memory-rate-limit.store.js';
@@ -73,24 +78,52 @@ const storeProvider: Provider = {
   },
 };
 
-/** The store as the limiter uses it: `storeErrors` policies and the local fallback around it. */
-const resilientStoreProvider: Provider = {
-  provide: ResilientStore,
+/**
+ * The store as the limiter uses it, from the layers the options ask for (`resilience/`): the
+ * `storeErrors` policies and the local fallback around the store; and the block cache on them,
+ * for a shared store that tells every instance of lowered counts.
+ */
+const decidingStoreProvider: Provider = {
+  provide: DecidingStore,
   inject: [RateLimitStore, StoreProblemLog, RESOLVED_RATE_LIMIT_OPTIONS, RATE_LIMIT_METRICS],
   useFactory: (
     store: RateLimitStore,
     problems: StoreProblemLog,
     { storeErrors, memoryStore, blockCache, clock }: ResolvedRateLimitOptions,
     metrics: RateLimitMetrics | null,
-  ) =>
-    new ResilientStore(store, problems, {
+  ): DecidingStore => {
+    const observer = metrics ?? undefined;
+    const resilient = new ResilientStore(store, problems, {
       policy: storeErrors.policy,
       localFallback: { ...storeErrors.localFallback, maxKeys: memoryStore.maxKeys },
-      blockCache,
-      leaseKeys: LEASE_MAX_KEYS,
-      clock,
-      observer: metrics ?? undefined,
-    }),
+      observer,
+    });
+    if (!store.shared || !blockCache) return resilient;
+    const blocked = new BlockedKeys(blockCache.maxKeys);
+    const watching = store.watchLiftedKeys({
+      lifted: (keys) => blocked.forget(keys),
+      listening: (on) => blocked.listening(on),
+    });
+    return watching ? new BlockCacheStore(resilient, blocked, clock, observer) : resilient;
+  },
+};
+
+/**
+ * Leases on top, for requests with a rule that has `lease` (the limiter sends it only those): for
+ * a shared store that tells every instance of lowered counts; none otherwise.
+ */
+const leasingStoreProvider: Provider = {
+  provide: LeasingStore,
+  inject: [DecidingStore, RateLimitStore, RESOLVED_RATE_LIMIT_OPTIONS],
+  useFactory: (inner: DecidingStore, store: RateLimitStore, { clock }: ResolvedRateLimitOptions) => {
+    if (!store.shared) return null;
+    const leases = new LeasedUnits(LEASE_MAX_KEYS);
+    const watching = store.watchLiftedKeys({
+      lifted: (keys) => leases.forget(keys),
+      listening: (on) => leases.listening(on),
+    });
+    return watching ? new LeasingStore(inner, leases, clock) : null;
+  },
 };
 
 /** Prometheus metrics when `metrics` asks for them; `prom-client` is loaded only then. */
@@ -163,7 +196,8 @@ const configCentreProvider: Provider = {
     RedisService,
     problemLogProvider,
     storeProvider,
-    resilientStoreProvider,
+    decidingStoreProvider,
+    leasingStoreProvider,
     configCentreProvider,
     KeyAuditSchedule,
     metricsProvider,

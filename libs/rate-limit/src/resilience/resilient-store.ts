@@ -4,14 +4,11 @@ import {
   type RateLimitDecision,
   type RateLimitHit,
   type RateLimitStanding,
-  type RateLimitReceipt,
   type RateLimitSettlement,
   type RateLimitStore,
   unaskedDecision,
 } from '../store/rate-limit-store.js';
-import { BlockedKeys } from './blocked-keys.js';
-import { KeysInFlight } from './keys-in-flight.js';
-import { type Lease, LeasedUnits, type PendingGrant } from './leased-units.js';
+import { DecidingStore, type HitHandling, type ResilientConsumption, type StoreObserver } from './deciding-store.js';
 import { LocalFallback, type LocalFallbackOptions } from './local-fallback.js';
 import type { RateLimitStoreErrorPolicy } from './store-error-policy.js';
 
@@ -22,302 +19,55 @@ export interface ResilienceOptions {
   /** The module's `storeErrors.policy`, for hits whose rule names none. */
   policy: RateLimitStoreErrorPolicy;
   localFallback: LocalFallbackOptions;
-  /** Keys refused kept at most (`BlockedKeys`), or false for none. */
-  blockCache: { maxKeys: number } | false;
-  /** Keys whose leased units are held at most (`LeasedUnits`). */
-  leaseKeys: number;
-  /** The module's `clock`, if it has one: the time of the calls. */
-  clock?: () => number;
-  /** Told of every store call and what spared one (metrics); none: nothing is timed. */
+  /** Told of every store call (metrics); none: nothing is timed. */
   observer?: StoreObserver;
 }
 
-/** What metrics learn of the store as the limiter uses it. */
-export interface StoreObserver {
-  /** A consume call ended, after `seconds`; `error` when it failed. */
-  called(seconds: number, error: unknown): void;
-  /** Refused by the block cache, without a store call. */
-  blockCacheHit(): void;
-}
-
-/** What of a hit's rule the store as the limiter uses it needs: a `RateLimitRule` is one. */
-export interface HitHandling {
-  /** The rule's own store-error policy, if it names one. */
-  readonly onStoreError: RateLimitStoreErrorPolicy | undefined;
-  /** Units taken from a shared store at once (`LeasedUnits`); 0: none. */
-  readonly lease: number;
-}
-
-/** A consumption, and when the store failed, the policy that decided it instead. */
-export interface ResilientConsumption extends RateLimitConsumption {
-  storeError?: RateLimitStoreErrorPolicy;
-}
-
 /**
- * How often one leased request goes round: waiting for another request's grant, or asking again for
- * the units left after a grant too big for them. Then it asks the store for its own units alone.
- */
-const LEASED_ATTEMPTS = 6;
-
-/** The receipt of units admitted from a lease: never settled (leases exclude `countOn`). */
-const LEASED = { admittedAt: 0, nonce: 'lease' } as const;
-
-/**
- * The store as the limiter uses it: the configured store, and around a shared one (Redis) what
- * keeps requests decided while it fails, and what spares it calls (the block cache, leases). A
- * failed call (an error, a missed deadline, an open circuit) is decided by each rule's store-error
- * policy (its `onStoreError`, else the module's `storeErrors.policy`): `'deny'` refuses, `'allow'`
- * admits, and `'local'` rules are decided together by the local fallback, from what the store last
- * reported. Once the store answers again, what the fallback admitted meanwhile is recorded in it.
+ * The bottom layer of the store as the limiter uses it: the configured store, and what keeps
+ * requests decided while it fails. A failed call (an error, a missed deadline, an open circuit) is
+ * decided by each rule's store-error policy (its `onStoreError`, else the module's
+ * `storeErrors.policy`): `'deny'` refuses, `'allow'` admits, and `'local'` rules are decided
+ * together by the local fallback, from what the store last reported. Once the store answers again,
+ * what the fallback admitted meanwhile is recorded in it.
  *
  * A store in this process (`shared: false`) has no fallback and nothing to record: should it fail,
- * `'local'` rules admit as `'allow'` ones do. It needs no block cache and no leases either.
+ * `'local'` rules admit as `'allow'` ones do.
  */
-export class ResilientStore {
+export class ResilientStore extends DecidingStore {
   private readonly fallback: LocalFallback | undefined;
-  private readonly blocked: BlockedKeys | undefined;
-  /** With the block cache: calls of one key held while those in flight may reach its limit. */
-  private readonly inFlight: KeysInFlight | undefined;
-  private readonly leases: LeasedUnits | undefined;
 
   constructor(
     private readonly store: RateLimitStore,
     private readonly problems: StoreProblemLog,
     private readonly options: ResilienceOptions,
   ) {
-    if (!store.shared) return;
-    this.fallback = new LocalFallback(options.localFallback);
-    const leases = new LeasedUnits(options.leaseKeys);
-    const blocked = options.blockCache ? new BlockedKeys(options.blockCache.maxKeys) : undefined;
-    // Refusals are kept only if every instance's resets and refunds reach this one, so none stays
-    // refused here; and a reset anywhere drops the units it took from a lease here.
-    const watching = store.watchLiftedKeys({
-      lifted: (keys) => {
-        blocked?.forget(keys);
-        leases.forget(keys);
-      },
-      listening: (on) => {
-        blocked?.listening(on);
-        leases.listening(on);
-      },
-    });
-    // Without that news a reset elsewhere could not drop the units held here: no leases then.
-    if (watching) {
-      this.blocked = blocked;
-      this.inFlight = blocked ? new KeysInFlight() : undefined;
-      this.leases = leases;
-    }
+    super();
+    if (store.shared) this.fallback = new LocalFallback(options.localFallback);
   }
 
   get description(): string {
     return this.store.description;
   }
 
-  /**
-   * @param rules what each hit's rule asks beyond the hit: its store-error policy and lease.
-   */
-  consume(hits: readonly RateLimitHit[], rules: readonly HitHandling[], now?: number): Promise<ResilientConsumption> {
-    if (this.leases && rules.some((rule) => rule.lease > 0)) return this.consumeLeased(hits, rules, now);
-    return this.consumeAsking(hits, rules, now);
-  }
-
-  /**
-   * Every hit asked of the store, unless the block cache knows the answer. Without a wait, one
-   * promise beyond the store's: this is the path nearly every request takes.
-   */
-  private consumeAsking(
+  /** One store call; a failure decided by the policies. One promise beyond the store's. */
+  consume(
     hits: readonly RateLimitHit[],
     rules: readonly HitHandling[],
     now: number | undefined,
   ): Promise<ResilientConsumption> {
-    // The block cache's time: the module's clock (as the store decides on it), else this process's.
-    const sentAt = now ?? performance.now();
-    const refused = this.blocked?.refusal(hits, sentAt);
-    if (refused) {
-      this.options.observer?.blockCacheHit();
-      return Promise.resolve(refused);
-    }
-    const waiting = this.inFlight?.enter(hits);
-    if (waiting) return this.consumeHeld(hits, rules, now, waiting);
-    return this.askEntered(hits, rules, now, sentAt);
-  }
-
-  /** A call held by `KeysInFlight`: asks the block cache again after each answer it waited for. */
-  private async consumeHeld(
-    hits: readonly RateLimitHit[],
-    rules: readonly HitHandling[],
-    now: number | undefined,
-    waiting: Promise<unknown>,
-  ): Promise<ResilientConsumption> {
-    const { clock } = this.options;
-    let at = now;
-    for (;;) {
-      const error = await waiting;
-      // The call waited for failed: so does this one, which never reached the store.
-      if (error !== undefined) {
-        this.inFlight!.leave(hits);
-        return this.decideWithout(hits, rules, error, at, true);
-      }
-      // Read again after a wait: a block must not be judged on a time from before it.
-      at = clock ? Math.floor(clock()) : now;
-      const sentAt = at ?? performance.now();
-      const refused = this.blocked?.refusal(hits, sentAt);
-      if (refused) {
-        this.inFlight!.leave(hits);
-        this.options.observer?.blockCacheHit();
-        return refused;
-      }
-      const next = this.inFlight!.enter(hits);
-      if (!next) return this.askEntered(hits, rules, at, sentAt);
-      waiting = next;
-    }
-  }
-
-  /** One store call for hits `KeysInFlight` let go (if it holds any); a failure decided by the policies. */
-  private askEntered(
-    hits: readonly RateLimitHit[],
-    rules: readonly HitHandling[],
-    now: number | undefined,
-    sentAt: number,
-  ): Promise<ResilientConsumption> {
-    const since = this.blocked?.since ?? 0;
     return this.call(hits, now).then(
-      (consumption) => {
-        this.learn(hits, consumption, now, sentAt, since);
-        this.inFlight?.answered(hits, consumption);
-        return consumption;
-      },
-      (error: unknown) => {
-        this.inFlight?.answered(hits, undefined, error);
-        return this.decideWithout(hits, rules, error, now);
-      },
+      (consumption) => this.learn(hits, consumption, now),
+      (error: unknown) => this.decideFailed(hits, rules, error, now),
     );
   }
 
-  /**
-   * Hits of leased rules take their units from this instance's lease where it holds them; the rest,
-   * and the grants of new leases, go to the store in one call. A request is admitted on every rule
-   * or on none: units taken from a lease for a request another rule refuses go back to it.
-   */
-  private async consumeLeased(
+  attempt(
     hits: readonly RateLimitHit[],
-    rules: readonly HitHandling[],
-    given: number | undefined,
+    _rules: readonly HitHandling[],
+    now: number | undefined,
   ): Promise<ResilientConsumption> {
-    const leases = this.leases!;
-    const { clock } = this.options;
-    /** Per key, the most a grant may ask: what the store said was left after a bigger ask. */
-    let caps: Map<string, number> | undefined;
-    for (let attempt = 1; ; attempt += 1) {
-      // Read again on every pass: a lease must not be used on a time from before a wait.
-      const now = attempt > 1 && clock ? Math.floor(clock()) : given;
-      const sentAt = now ?? performance.now();
-      const refused = this.blocked?.refusal(hits, sentAt);
-      if (refused) {
-        this.options.observer?.blockCacheHit();
-        return refused;
-      }
-      const leasing = attempt < LEASED_ATTEMPTS;
-      const decisions: RateLimitDecision[] = [];
-      const taken: { hit: RateLimitHit; lease: Lease }[] = [];
-      const asked: RateLimitHit[] = [];
-      const askedFor: { index: number; grant: number }[] = [];
-      let wait: PendingGrant | undefined;
-      let refusedHere = false;
-      hits.forEach((hit, index) => {
-        const size = leasing ? rules[index].lease : 0;
-        if (size === 0) {
-          asked.push(hit);
-          askedFor.push({ index, grant: 0 });
-          return;
-        }
-        const take = leases.take(hit, size, sentAt);
-        if ('decided' in take) {
-          decisions[index] = take.decided;
-          if (take.lease) taken.push({ hit, lease: take.lease });
-          if (!take.decided.allowed) refusedHere = true;
-        } else if ('wait' in take) {
-          wait ??= take.wait;
-        } else {
-          const grant = Math.max(hit.cost, Math.min(take.ask, caps?.get(hit.key) ?? take.ask));
-          asked.push(grant === hit.cost ? hit : { ...hit, cost: grant });
-          askedFor.push({ index, grant: grant === hit.cost ? 0 : grant });
-        }
-      });
-      const giveBack = () => {
-        for (const { hit, lease } of taken) leases.giveBack(hit, lease);
-      };
-      if (refusedHere) {
-        giveBack();
-        // As the block cache answers: the rules not asked read as admitting with their full limit.
-        hits.forEach((hit, i) => {
-          decisions[i] ??= unaskedDecision(hit);
-        });
-        return { allowed: false, decisions, receipts: undefined };
-      }
-      if (wait) {
-        giveBack();
-        // The grant's failure is this request's too: one deadline for all that wait, not one each.
-        const error = await wait.answered;
-        if (error !== undefined) return this.decideWithout(hits, rules, error, now, true);
-        continue;
-      }
-      if (asked.length === 0) return { allowed: true, decisions, receipts: hits.map(() => LEASED) };
-
-      const grants = askedFor.map(({ index, grant }) => (grant > 0 ? leases.asking(hits[index].key) : undefined));
-      let consumption: RateLimitConsumption;
-      try {
-        consumption = await this.ask(asked, now, sentAt);
-      } catch (error) {
-        giveBack();
-        for (const grant of grants) grant?.answer(error);
-        return this.decideWithout(hits, rules, error, now);
-      }
-      let retry = !consumption.allowed && leasing;
-      /** Grants refused only for their size, in a refused request: what each would do at its own cost. */
-      const tooBig: number[] = [];
-      const receipts: RateLimitReceipt[] = hits.map(() => LEASED);
-      askedFor.forEach(({ index, grant }, j) => {
-        const hit = hits[index];
-        let decision = consumption.decisions[j];
-        const pending = grants[j];
-        if (pending) {
-          decision = leases.granted(hit, pending, grant, decision, consumption.allowed, sentAt);
-          if (!decision.allowed && decision.remaining >= hit.cost) {
-            // Refused only for the size of the grant: ask again for what is left.
-            (caps ??= new Map()).set(hit.key, decision.remaining);
-            tooBig.push(index);
-          } else if (!decision.allowed) {
-            retry = false;
-          } else if (!consumption.allowed) {
-            // As if admitted, by the request's own cost (`remainingAfter`): the grant was not its cost.
-            decision = { ...decision, remaining: decision.remaining + grant - hit.cost };
-          }
-        } else if (!decision.allowed) {
-          retry = false;
-        }
-        decisions[index] = decision;
-        if (consumption.receipts) receipts[index] = consumption.receipts[j];
-      });
-      for (const grant of grants) grant?.answer();
-      if (consumption.allowed) return { allowed: true, decisions, receipts };
-      giveBack();
-      if (retry) continue;
-      // Another rule refused: a rule that would admit the request at its own cost says so.
-      for (const index of tooBig) {
-        const { remaining, ...rest } = decisions[index];
-        decisions[index] = { ...rest, allowed: true, remaining: remaining - hits[index].cost };
-      }
-      return { allowed: false, decisions, receipts: undefined };
-    }
-  }
-
-  /** One call to the store, what it answered learned (block cache, fallback); throws what it throws. */
-  private async ask(hits: readonly RateLimitHit[], now: number | undefined, sentAt: number) {
-    const since = this.blocked?.since ?? 0;
-    const consumption = await this.call(hits, now);
-    this.learn(hits, consumption, now, sentAt, since);
-    return consumption;
+    return this.call(hits, now).then((consumption) => this.learn(hits, consumption, now));
   }
 
   private call(hits: readonly RateLimitHit[], now: number | undefined): Promise<RateLimitConsumption> {
@@ -325,19 +75,13 @@ export class ResilientStore {
     return observer ? this.timed(observer, hits, now) : this.store.consume(hits, now);
   }
 
-  /** What the store answered, learned: its refusals (block cache), its counts (fallback). */
-  private learn(
-    hits: readonly RateLimitHit[],
-    consumption: RateLimitConsumption,
-    now: number | undefined,
-    sentAt: number,
-    since: number,
-  ): void {
-    this.blocked?.learn(hits, consumption, sentAt, since);
+  /** What the store answered, learned by the fallback; what it admitted meanwhile recorded. */
+  private learn(hits: readonly RateLimitHit[], consumption: RateLimitConsumption, now: number | undefined) {
     if (this.fallback) {
       this.fallback.remember(hits, consumption, now ?? Date.now());
       if (this.fallback.hasPending) void this.recordFallbackUnits(now);
     }
+    return consumption;
   }
 
   private async timed(
@@ -356,20 +100,17 @@ export class ResilientStore {
     }
   }
 
-  /** Only `countOn` admissions are settled here, and the block cache keeps none of theirs. */
+  /** Only `countOn` admissions are settled here, and no layer keeps any of theirs. */
   settle(settlements: readonly RateLimitSettlement[]): Promise<void> {
     return this.store.settle(settlements);
   }
 
-  /** The store's own reading: an operator's question, answered by the store or not at all (no policy decides it). */
   inspect(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitStanding[]> {
     return this.store.inspect(hits, now);
   }
 
   async reset(keys: readonly string[]): Promise<void> {
     this.fallback?.forget(keys);
-    this.blocked?.forget(keys);
-    this.leases?.forget(keys);
     await this.store.reset(keys);
   }
 
@@ -379,7 +120,7 @@ export class ResilientStore {
    * @param unsent whether the request never reached the store (what the fallback admits is then
    *   recorded in it later); by default, what the store says of the error.
    */
-  private async decideWithout(
+  async decideFailed(
     hits: readonly RateLimitHit[],
     rules: readonly HitHandling[],
     error: unknown,
@@ -412,7 +153,7 @@ export class ResilientStore {
         ? { allowed: policies[i] !== 'deny' && allowed, limit: hit.limit, remaining: 0, resetMs: STORE_ERROR_RETRY_MS }
         : unaskedDecision(hit);
     });
-    return { allowed, decisions, receipts: undefined, storeError: policyOf(policies) };
+    return { allowed, decisions, receipts: undefined, storeError: policyOf(policies), failure: error };
   }
 
   /**
