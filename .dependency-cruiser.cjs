@@ -1,4 +1,54 @@
 /** Import rules checked in CI (`npm run lint:imports`). */
+
+const SRC = '^libs/rate-limit/src/';
+
+/**
+ * The folders of the request path, top to bottom: http -> limiter -> resilience -> redis, store,
+ * algorithms. A folder imports only folders below it; `module/` alone sees everything, as it composes
+ * them. Each pattern also matches the name a folder may get in the layout change under way (`guard/`
+ * for http/, `live/` for config-centre/ and management/, `ops/` for metrics/, health/ and audit/),
+ * so the rules hold on both sides of it.
+ */
+// The guard, the interceptor, the 429 and headers, and what they read of each transport.
+const HTTP = `${SRC}(http|transports|guard)/`;
+const LIMITER = `${SRC}limiter/`;
+const RESILIENCE = `${SRC}resilience/`;
+// The stores that hold the counts, and the algorithms and scripts they run.
+const STORES = `${SRC}(redis|store|algorithms)/`;
+const REQUEST_PATH = `${SRC}(http|transports|guard|limiter|resilience|redis|store|algorithms)/`;
+// Built on the request path, beside it, and shipped as entries of their own: live limits and operations.
+const LIVE_AND_OPS = `${SRC}(config-centre|management|live|metrics|health|audit|ops)/`;
+
+/**
+ * A layer rule with exceptions that name both ends: `exceptions` are `[file, target]` pairs, a file
+ * under `src/` and a pattern of the file it may import (matching its folder's old and new name), that
+ * may stay until their owner moves them; any other import of the kind fails, from those files too.
+ */
+function layerRule({ name, comment, from, to, exceptions = [] }) {
+  const exempt = [...new Set(exceptions.map(([file]) => file))];
+  const anchored = (file) => `${SRC}${file.replace(/\./g, '\\.')}$`;
+  const target = (pattern) => `${SRC}${pattern}$`;
+  return [
+    {
+      name,
+      severity: 'error',
+      comment,
+      from: { path: from, pathNot: exempt.map(anchored) },
+      to: { path: to },
+    },
+    ...exempt.map((file) => ({
+      name,
+      severity: 'error',
+      comment: `${comment} (${file}: only its listed exceptions)`,
+      from: { path: anchored(file) },
+      to: {
+        path: to,
+        pathNot: exceptions.filter(([source]) => source === file).map(([, pattern]) => target(pattern)),
+      },
+    })),
+  ];
+}
+
 module.exports = {
   forbidden: [
     {
@@ -14,6 +64,70 @@ module.exports = {
       comment: 'The package is published alone: it may not reach into the demo, the suites or the benchmarks.',
       from: { path: '^libs/rate-limit/src' },
       to: { path: '^(apps|test|bench)/' },
+    },
+    ...layerRule({
+      name: 'limiter-imports-no-guard',
+      comment:
+        'The limiter decides for any caller (the guard, consume() in a queue worker): it may not import ' +
+        'the guard layer above it (http/, transports/, guard/).',
+      from: LIMITER,
+      to: HTTP,
+      exceptions: [
+        // The client address of `by: 'ip'` is read from the ExecutionContext in the limiter; the
+        // guard should pass the address in (or client-address reading move to limiter/). Hot path: its owner.
+        ['limiter/prepare-hits.ts', '(transports|guard)/limited-context\\.ts'],
+        ['limiter/rate-limiter.service.ts', '(transports|guard)/limited-context\\.ts'],
+      ],
+    }),
+    ...layerRule({
+      name: 'resilience-imports-nothing-above',
+      comment: 'resilience/ wraps a store: it may not import the limiter or the guard layer above it.',
+      from: RESILIENCE,
+      to: `${SRC}(http|transports|guard|limiter)/`,
+    }),
+    ...layerRule({
+      name: 'stores-import-nothing-above',
+      comment:
+        'redis/, store/ and algorithms/ are the bottom of the request path: they may not import ' +
+        'resilience/, the limiter or the guard layer.',
+      from: STORES,
+      to: `${SRC}(http|transports|guard|limiter|resilience)/`,
+    }),
+    ...layerRule({
+      name: 'request-path-imports-no-live-or-ops',
+      comment:
+        'Live limits (config centres, management) and operations (metrics, health, the key audit) are ' +
+        'built on the request path and shipped as their own entries; the request path may not import ' +
+        'them, or every app would load them.',
+      from: `${REQUEST_PATH}|${SRC}(rules|decorators|logging)/`,
+      to: LIVE_AND_OPS,
+      exceptions: [
+        // The config-centre contract the limiter reads thresholds through (RateLimitConfigCentre,
+        // RuleThresholds) is core: it should sit below the limiter (rules/ or limiter/), with the live
+        // centres alone in live/. Hot path: its owner.
+        ['limiter/prepare-hits.ts', '(config-centre|live)/[a-z/-]*rate-limit-config-centre\\.ts'],
+        ['limiter/prepare-hits.ts', '(config-centre|live)/[a-z/-]*rule-thresholds\\.ts'],
+        ['limiter/rate-limiter.service.ts', '(config-centre|live)/[a-z/-]*rate-limit-config-centre\\.ts'],
+        // The observer the limiter reports decisions to (DecisionObserver, RATE_LIMIT_METRICS) is
+        // the limiter's interface, as ResilientStore's observer is resilience/'s: it belongs in limiter/.
+        ['limiter/rate-limiter.service.ts', '(metrics|ops)/[a-z/-]*decision-observer\\.ts'],
+        // RedisService.auditKeys (public) runs the key audit; it moves out with the RedisService split.
+        ['redis/redis.service.ts', '(audit|ops)/[a-z/-]*key-audit\\.ts'],
+      ],
+    }),
+    {
+      name: 'only-entries-import-module',
+      severity: 'error',
+      comment:
+        'module/ composes every layer, so nothing but it and the entries (index.ts, live/ and ops/ ' +
+        "index.ts, the CLIs of package.json's bin) imports it. Except its two leaves, a shared bottom " +
+        'layer every folder may read: options.ts (the option types and RESOLVED_RATE_LIMIT_OPTIONS, which ' +
+        'services inject; it imports only types) and defaults.ts (every default and internal constant).',
+      from: {
+        path: SRC,
+        pathNot: [`${SRC}module/`, `${SRC}((live|ops)/)?index\\.ts$`, '\\.cli\\.ts$'],
+      },
+      to: { path: `${SRC}module/`, pathNot: `${SRC}module/(options|defaults)\\.ts$` },
     },
   ],
   options: {

@@ -158,7 +158,7 @@ it('refuses a mode that is none, at bootstrap, naming the route and the field', 
     /RateLimitModule options: 'mode' must be one of "enforce", "shadow", "off", got "loud"/,
   );
   // A timer longer than Node's 2^31 - 1 ms would fire every millisecond.
-  await expect(createTestApp({ controllers: [], rateLimit: { keyAudit: { intervalMs: 2 ** 31 } } })).rejects.toThrow(
-    /'keyAudit.intervalMs' must be at most 2147483647 ms/,
+  await expect(createTestApp({ controllers: [], rateLimit: { liveConfig: { refreshMs: 2 ** 31 } } })).rejects.toThrow(
+    /'liveConfig.refreshMs' must be at most 2147483647 ms/,
   );
 });

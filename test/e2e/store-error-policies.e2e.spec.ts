@@ -49,7 +49,8 @@ describe('when Redis cannot decide, each rule follows its onStoreError', () => {
         storeErrors: {
           timeoutMs: 50,
           circuitBreaker: false,
-          localFallback: { safetyFactor: 1.2, expectedInstances: 2 },
+          // The fallback's safety factor is the library's constant, 1.2 (LOCAL_FALLBACK_SAFETY_FACTOR).
+          localFallback: { expectedInstances: 2 },
           status: 503,
         },
       },

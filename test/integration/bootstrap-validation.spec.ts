@@ -137,8 +137,13 @@ describe('bad module options fail when the module is declared', () => {
     [{ redisTimeoutMs: 100 }, 'redisTimeoutMs'],
     [{ storeErrors: { policy: 'maybe' } }, 'storeErrors.policy'],
     [{ storeErrors: { polcy: 'deny' } }, 'storeErrors.polcy'],
+    [{ logging: { level: 'loud' } }, 'logging.level'],
     [{ logging: { intervalMs: -1 } }, 'logging.intervalMs'],
     [{ memoryStore: { maxKeys: 1.5 } }, 'memoryStore.maxKeys'],
+    [{ blockCache: 'yes' }, 'blockCache'],
+    [{ blockCache: { maxKeys: 10 } }, 'blockCache.maxKeys'],
+    [{ keyAudit: { intervalMs: 60_000 } }, 'keyAudit'],
+    [{ storeErrors: { localFallback: { safetyFactor: 2 } } }, 'storeErrors.localFallback.safetyFactor'],
     [{ configCentre: { get: () => undefined } }, 'configCentre'],
   ])('rejects %j', (options, field) => {
     expect(() => RateLimitModule.forRoot(options as never)).toThrow(`RateLimitModule options: '${field}'`);
@@ -151,5 +156,15 @@ describe('bad module options fail when the module is declared', () => {
     expect(() => RateLimitModule.forRoot({ storeErrors: { polcy: 'deny' } } as never)).toThrow(
       "'storeErrors.polcy' is no option (known: policy, timeoutMs, circuitBreaker, localFallback, status)",
     );
+  });
+
+  it('says what an option 0.3 fixed as a constant now is', () => {
+    expect(() => RateLimitModule.forRoot({ logging: { maxLinesPerSecond: 50 } } as never)).toThrow(
+      "RateLimitModule options: 'logging.maxLinesPerSecond' is no longer an option (0.3): at most 5 rejection lines a second; only 'level' remains",
+    );
+    expect(() => RateLimitModule.forRoot({ blockCache: { maxKeys: 10 } } as never)).toThrow(
+      "RateLimitModule options: 'blockCache.maxKeys' is no longer an option (0.3): the block cache holds 10000 keys; give blockCache: true or false",
+    );
+    expect(() => RateLimitModule.forRoot({ blockCache: false, logging: { level: 'debug' } })).not.toThrow();
   });
 });

@@ -3,7 +3,15 @@ import { ConfigModule, ConfigService } from '@nestjs/config';
 import { Test } from '@nestjs/testing';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RateLimit, RateLimitGuard, RateLimitModule, RedisService, rateLimitKeys } from 'nest-rate-limit';
+import { Cluster, Redis } from 'ioredis';
+import {
+  RateLimit,
+  RateLimitConfigurationError,
+  RateLimitGuard,
+  RateLimitModule,
+  RedisService,
+  rateLimitKeys,
+} from 'nest-rate-limit';
 import { fixedWindowCount } from '../support/inspect.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { LogCapture } from '../support/log-capture.js';
@@ -133,6 +141,130 @@ describe('module options', () => {
       delete process.env.RATE_LIMIT_NO_CONFIG_MODULE_COUNT;
       await app.close();
     }
+  });
+});
+
+describe('the redis option, checked before the app serves', () => {
+  const refused = (redis: unknown) => () => RateLimitModule.forRoot({ redis: redis as never });
+
+  it.each([
+    [
+      '',
+      "'redis' must be a redis:// or rediss:// URL, a Unix socket's path, ioredis options, { cluster: [...] } or { client }, not empty",
+    ],
+    ['   ', 'not empty'],
+    [
+      6379,
+      "'redis' must be a redis:// or rediss:// URL, a Unix socket's path, ioredis options, { cluster: [...] } or { client }, got 6379",
+    ],
+    [null, "'redis' must be a redis:// or rediss:// URL"],
+    [['redis://a:6379'], "'redis' must be a redis:// or rediss:// URL"],
+    [
+      'http://cache:6379',
+      "'redis' must be a redis:// or rediss:// URL (or a Unix socket's path), not http://, got \"http://cache:6379\"",
+    ],
+    [
+      'localhost:6379',
+      "'redis' must be a redis:// or rediss:// URL (or a Unix socket's path): write redis:// before the host",
+    ],
+    ['//cache:6379', ': write redis:// before the host'],
+    ['redis://cache:99999', "'redis' must be a valid URL (redis://[[user]:password@]host[:port][/db])"],
+    [
+      { url: 'https://cache' },
+      "'redis' url must be a redis:// or rediss:// URL (or a Unix socket's path), not https://",
+    ],
+    [{ url: 6379 }, '\'redis\' url must be a string, got "number"'],
+    [{ host: '' }, "'redis' host must be a host name"],
+    [{ host: 'cache', port: 0 }, "'redis' port must be a whole number from 1 to 65535, got 0"],
+    [{ host: 'cache', port: 'six' }, '\'redis\' port must be a whole number from 1 to 65535, got "six"'],
+    [
+      { sentinels: [{ host: 'a', port: 26379 }] },
+      "'redis' has sentinels but no 'name': the master's name the sentinels know (e.g. 'mymaster')",
+    ],
+    [{ sentinels: [], name: 'mymaster' }, "'redis' sentinels must list at least one sentinel"],
+    [{ sentinels: ['a:26379'], name: 'mymaster' }, "'redis' sentinels has an entry that is no { host, port }"],
+    [
+      { cluster: [] },
+      '\'redis\' { cluster } must list at least one node ({ host, port }, "host:port" or a port), got "an empty array"',
+    ],
+    [{ cluster: 'a:7000' }, "'redis' { cluster } must list at least one node"],
+    [
+      { cluster: [{ host: 'a', port: 7000 }, {}] },
+      '\'redis\' { cluster } has a node that is no { host, port }, "host:port" or port, got {}',
+    ],
+    [{ cluster: [7000], options: 'fast' }, "'redis' { cluster } options must be ioredis ClusterOptions (an object)"],
+    [
+      { cluster: [7000], redisOptions: {} },
+      "'redis' { cluster } takes only 'cluster' and 'options' (ioredis ClusterOptions), got redisOptions",
+    ],
+    [
+      { client: {} },
+      '\'redis\' { client } must be an ioredis Redis or Cluster instance (with evalsha() and status), got "an object (Object)"',
+    ],
+    [{ client: 'redis://cache' }, "'redis' { client } must be an ioredis Redis or Cluster instance"],
+    [
+      { client: { evalSha: () => undefined, isOpen: true } },
+      "'redis' { client } must be an ioredis Redis or Cluster instance",
+    ],
+  ])('refuses %j', (redis, message) => {
+    expect(refused(redis)).toThrow(RateLimitConfigurationError);
+    expect(refused(redis)).toThrow("RateLimitModule options: 'redis' ");
+    expect(refused(redis)).toThrow(message);
+  });
+
+  it('never shows a password in its message', () => {
+    expect(refused('http://admin:s3cret@cache:6379')).toThrow('got "http://***@cache:6379"');
+    expect(refused({ url: 'redis://:s3cret@cache:notaport' })).toThrow('got "redis://***@cache:notaport"');
+    expect(refused('redis://:s3cret@cache:99999')).not.toThrow(/s3cret/);
+  });
+
+  it('refuses a client with other fields, which it would ignore', () => {
+    const client = new Redis({ lazyConnect: true });
+    try {
+      expect(refused({ client, keyPrefix: 'x' })).toThrow(
+        "'redis' { client } takes no other field: the client is used as it is, got keyPrefix",
+      );
+    } finally {
+      client.disconnect();
+    }
+  });
+
+  it('takes every form ioredis takes', () => {
+    const client = new Redis({ lazyConnect: true });
+    const cluster = new Cluster([{ host: '127.0.0.1', port: 7000 }], { lazyConnect: true });
+    try {
+      for (const redis of [
+        'redis://127.0.0.1:6379',
+        'REDIS://cache',
+        'rediss://user:pw@cache.example.com:6380/2',
+        'redis://[::1]:6379/0',
+        '/run/redis/redis.sock',
+        '/run/redis/redis.sock?db=2',
+        { url: 'redis://cache:6379', connectTimeout: 1_000 },
+        { host: 'cache', port: 6379, db: 1 },
+        { host: 'cache', port: '6379' },
+        { path: '/run/redis/redis.sock' },
+        { sentinels: [{ host: '10.0.0.1', port: 26379 }], name: 'mymaster' },
+        { cluster: [{ host: '10.0.0.1', port: 7000 }, '10.0.0.2:7000', 7001] },
+        { cluster: [{ host: '10.0.0.1', port: 7000 }], options: { redisOptions: { password: 'pw' } } },
+        { client },
+        { client: cluster },
+      ]) {
+        expect(refused(redis), typeof redis === 'string' ? redis : Object.keys(redis).join()).not.toThrow();
+      }
+    } finally {
+      client.disconnect();
+      cluster.disconnect();
+    }
+  });
+
+  it('is checked when forRootAsync resolves its factory', async () => {
+    const moduleRef = Test.createTestingModule({
+      imports: [RateLimitModule.forRootAsync({ useFactory: () => ({ redis: 'http://cache:6379' }) })],
+    });
+    await expect(moduleRef.compile()).rejects.toThrow(
+      "RateLimitModule options: 'redis' must be a redis:// or rediss:// URL (or a Unix socket's path), not http://, got \"http://cache:6379\"",
+    );
   });
 });
 

@@ -29,7 +29,7 @@ const options = {
   storeErrors: { circuitBreaker: false as const },
 };
 const resolved = resolveModuleOptions(options);
-const service = new RedisService(options, resolved);
+const service = new RedisService(resolved);
 
 try {
   await service.onApplicationBootstrap();

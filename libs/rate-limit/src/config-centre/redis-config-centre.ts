@@ -7,7 +7,7 @@ import {
   Optional,
 } from '@nestjs/common';
 import { ConfigService } from '@nestjs/config';
-import { RATE_LIMIT_DEFAULTS, REJECTION_LOG_MAX_KEYS } from '../module/defaults.js';
+import { LOG_SAMPLING, REJECTION_LOG_MAX_KEYS } from '../module/defaults.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
 import { SampledLogger } from '../logging/sampled-logger.js';
 import { RedisScript } from '../redis/redis-script.js';
@@ -122,10 +122,8 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
     }
     this.keys = liveConfigKeys(options.keyPrefix);
     // Sampled as rejection lines are, and written whatever `logging` says: a refused limit is news.
-    const { intervalMs, maxLinesPerSecond } = options.logging || RATE_LIMIT_DEFAULTS.logging;
     this.refusals = new SampledLogger(this.logger, {
-      intervalMs,
-      maxLinesPerSecond,
+      ...LOG_SAMPLING,
       level: 'warn',
       maxKeys: REJECTION_LOG_MAX_KEYS,
       summary: 'Refused values of other config keys',

@@ -9,7 +9,7 @@ import { SampledLogger } from './sampled-logger.js';
 export class StoreProblemLog {
   private readonly lines: SampledLogger;
 
-  constructor(intervalMs = 10_000) {
+  constructor(intervalMs: number) {
     this.lines = new SampledLogger(new Logger('RateLimit'), {
       intervalMs,
       maxLinesPerSecond: 1,

@@ -1,13 +1,14 @@
-import type { ResolvedRateLimitOptions } from './options.js';
+import type { RateLimitModuleOptions } from './options.js';
 
 /**
  * Every default of the module's options, in one place. `resolveModuleOptions` applies them;
- * `docs/options.md` lists them.
+ * `docs/options.md` lists them. The constants below them are the values of what is no option: sizes
+ * and periods of the library's internals, fixed here with the reason for each.
  */
 export const RATE_LIMIT_DEFAULTS = {
   keyPrefix: 'rl',
   memoryStore: { maxKeys: 10_000 },
-  blockCache: { maxKeys: 10_000 },
+  blockCache: true,
   storeErrors: {
     policy: 'local',
     timeoutMs: 100,
@@ -18,7 +19,7 @@ export const RATE_LIMIT_DEFAULTS = {
       consecutiveFailures: 5,
       halfOpenAfterMs: 250,
     },
-    localFallback: { safetyFactor: 1.2, expectedInstances: 2 },
+    localFallback: { expectedInstances: 2 },
     status: 429,
   },
   failover: {
@@ -31,10 +32,9 @@ export const RATE_LIMIT_DEFAULTS = {
   mode: 'enforce',
   liveConfig: { refreshMs: 5_000 },
   metrics: false,
-  keyAudit: { intervalMs: 600_000 },
-  logging: { intervalMs: 10_000, maxLinesPerSecond: 5, level: 'warn' },
+  logging: { level: 'warn' },
   ipv6PrefixBits: 64,
-} as const satisfies Omit<ResolvedRateLimitOptions, 'clock'>;
+} as const satisfies RateLimitModuleOptions;
 
 /** The prefix of every metric name, unless `metrics.prefix` says otherwise. */
 export const METRICS_PREFIX = 'rate_limit_';
@@ -42,8 +42,38 @@ export const METRICS_PREFIX = 'rate_limit_';
 /** What `failover.waitForReplicas` waits for when it is given without them (it is off by default). */
 export const REPLICA_WAIT_DEFAULTS = { replicas: 1, timeoutMs: 50 } as const;
 
+/**
+ * Sampling of the log lines the library writes: at most one line per key (a rule and identity, a
+ * kind of store problem, a breaker transition) per `intervalMs`, counting the rest into it; at most
+ * `maxLinesPerSecond` rejection lines (and refused live values) in all. The first line of a key is
+ * written at once, so 10 s delays no news and keeps an attack or an outage to a few lines a minute
+ * per key; 5 lines a second is about what a person reads in a live tail.
+ */
+export const LOG_SAMPLING = { intervalMs: 10_000, maxLinesPerSecond: 5 } as const;
+
 /** Rejection log lines: rule-and-identity keys the sampler tracks at once. */
 export const REJECTION_LOG_MAX_KEYS = 10_000;
 
 /** Leases (`lease` rules): keys whose units an instance holds at once; one evicted loses its units. */
 export const LEASE_MAX_KEYS = 10_000;
+
+/**
+ * Keys the block cache holds at once, least recently used forgotten first: as many as the embedded
+ * store's default, about 1 MB. An attack from more identities than this evicts some, which then
+ * cost one Redis call each, as without the cache: the cache saves calls, it never decides alone.
+ */
+export const BLOCK_CACHE_MAX_KEYS = 10_000;
+
+/**
+ * The `'local'` fallback multiplies its estimate of what other instances admitted by this: 20%
+ * above the rate Redis last reported, so traffic that grows during an outage still stays under the
+ * limit. A larger factor only refuses more during outages; below 1 would admit past the limit.
+ */
+export const LOCAL_FALLBACK_SAFETY_FACTOR = 1.2;
+
+/**
+ * The background key audit (health checks and metrics) scans every 10 minutes, one instance for all
+ * that share the Redis: a key without a TTL is a slow symptom (a permanent ban reported by users
+ * over hours), and a scan every few minutes would cost a large keyspace more than it finds.
+ */
+export const KEY_AUDIT_INTERVAL_MS = 600_000;

@@ -33,11 +33,9 @@ export interface RateLimitStoreErrorOptions {
   timeoutMs?: number;
   /** When to stop calling a failing Redis, or `false` to always call it. */
   circuitBreaker?: RateLimitCircuitBreakerOptions | false;
-  /** Tuning of the `'local'` fallback. */
+  /** The `'local'` fallback. */
   localFallback?: {
-    /** The estimate of what other instances admitted is multiplied by this. Default 1.2. */
-    safetyFactor?: number;
-    /** A key Redis never reported on gets `count / expectedInstances` per window. Default 2. */
+    /** A key Redis never reported on gets `count / expectedInstances` per window here. Default 2. */
     expectedInstances?: number;
   };
   /** Status of requests refused by `'deny'`: 429 (default) or 503. */
@@ -63,12 +61,11 @@ export interface RateLimitFailoverOptions {
   waitForReplicas?: { replicas?: number; timeoutMs?: number } | false;
 }
 
-/** Sampling of rejection log lines. */
+/**
+ * Rejection log lines. They are sampled: at most one per rule and identity per 10 s, and 5 a second
+ * in all, each counting the rejections since the last (`LOG_SAMPLING` in `defaults.ts`).
+ */
 export interface RateLimitLoggingOptions {
-  /** At most one rejection line per rule and identity per interval. Default 10 s. */
-  intervalMs?: number;
-  /** At most this many rejection lines per second in all. Default 5. */
-  maxLinesPerSecond?: number;
   /** Level of rejection lines. Default `'warn'`. */
   level?: SampledLogLevel;
 }
@@ -88,12 +85,12 @@ export interface RateLimitModuleOptions {
   keyPrefix?: string;
   /**
    * A shared store (Redis): keys it refused until the reset it reported (a full window, a
-   * `blockFor` penalty) are refused here without asking it again, at most `maxKeys` at once, least
-   * recently used forgotten first. A reset through `RateLimiterService.reset` on any instance, a
+   * `blockFor` penalty) are refused here without asking it again (10,000 keys at most, least
+   * recently used forgotten first). A reset through `RateLimiterService.reset` on any instance, a
    * refund and a changed limit lift such a block at once. Not for `countOn` rules, whose counts fall
-   * when units are refunded. Default `{ maxKeys: 10_000 }`; `false`: ask the store every time.
+   * when units are refunded. Default true; `false`: ask the store every time.
    */
-  blockCache?: { maxKeys?: number } | false;
+  blockCache?: boolean;
 
   // Failure policy and failover tuning.
   storeErrors?: RateLimitStoreErrorOptions;
@@ -124,8 +121,6 @@ export interface RateLimitModuleOptions {
    * registry and a name prefix other than `'rate_limit_'`. Default false: none, at no cost.
    */
   metrics?: boolean | { registry?: object; prefix?: string };
-  /** The key audit health checks and metrics report, in the background: every `intervalMs`. Default 600,000 (10 min). */
-  keyAudit?: { intervalMs?: number };
   /** `RedisConfigCentre`: besides its pub/sub news, it reads every value again this often, in ms. Default 5,000. */
   liveConfig?: { refreshMs?: number };
   /**
@@ -158,8 +153,14 @@ export interface RateLimitModuleExtras {
 export type RateLimitModuleAsyncOptions = ConfigurableModuleAsyncOptions<RateLimitModuleOptions, 'create'> &
   RateLimitModuleExtras;
 
-/** Module options after defaults and checks; what the services use. */
+/**
+ * Module options after defaults and checks; what the services use. Besides the options, it carries
+ * the constants of `defaults.ts` the services are built with (the block cache's size, the fallback's
+ * safety factor, the log sampling, the audit's period), so each service reads one object.
+ */
 export interface ResolvedRateLimitOptions {
+  /** `redis` as given, once checked: how `RedisService` connects. */
+  redis: RateLimitRedisOptions | undefined;
   keyPrefix: string;
   memoryStore: { maxKeys: number };
   blockCache: { maxKeys: number } | false;
@@ -177,7 +178,7 @@ export interface ResolvedRateLimitOptions {
   };
   countOn: { inFlightWaitMs: number };
   headers: RateLimitHeaderStyle;
-  logging: Required<RateLimitLoggingOptions> | false;
+  logging: { intervalMs: number; maxLinesPerSecond: number; level: SampledLogLevel } | false;
   mode: RateLimitMode;
   liveConfig: { refreshMs: number };
   metrics: { registry: object | undefined; prefix: string } | false;

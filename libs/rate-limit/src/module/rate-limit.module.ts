@@ -37,7 +37,7 @@ import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 import { MemoryRateLimitStore } from '../store/memory-rate-limit.store.js';
 import { RateLimitStore } from '../store/rate-limit-store.js';
 import { resolveModuleOptions } from './resolve-options.js';
-import { LEASE_MAX_KEYS } from './defaults.js';
+import { LEASE_MAX_KEYS, LOG_SAMPLING } from './defaults.js';
 
 const resolvedOptionsProvider: Provider = {
   provide: RESOLVED_RATE_LIMIT_OPTIONS,
@@ -47,8 +47,7 @@ const resolvedOptionsProvider: Provider = {
 
 const problemLogProvider: Provider = {
   provide: StoreProblemLog,
-  inject: [RESOLVED_RATE_LIMIT_OPTIONS],
-  useFactory: ({ logging }: ResolvedRateLimitOptions) => new StoreProblemLog(logging ? logging.intervalMs : undefined),
+  useFactory: () => new StoreProblemLog(LOG_SAMPLING.intervalMs),
 };
 
 /**

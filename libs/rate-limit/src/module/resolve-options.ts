@@ -4,8 +4,16 @@ import type { SampledLogLevel } from '../logging/sampled-logger.js';
 import { STORE_ERROR_POLICIES } from '../resilience/store-error-policy.js';
 import { RATE_LIMIT_MODES, RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
 import { RateLimitStore } from '../store/rate-limit-store.js';
-import { METRICS_PREFIX, RATE_LIMIT_DEFAULTS as D, REPLICA_WAIT_DEFAULTS } from './defaults.js';
-import type { RateLimitModuleOptions, ResolvedRateLimitOptions } from './options.js';
+import {
+  BLOCK_CACHE_MAX_KEYS,
+  KEY_AUDIT_INTERVAL_MS,
+  LOCAL_FALLBACK_SAFETY_FACTOR,
+  LOG_SAMPLING,
+  METRICS_PREFIX,
+  RATE_LIMIT_DEFAULTS as D,
+  REPLICA_WAIT_DEFAULTS,
+} from './defaults.js';
+import type { RateLimitModuleOptions, RateLimitRedisOptions, ResolvedRateLimitOptions } from './options.js';
 
 const KEY_PREFIX = /^[A-Za-z0-9._:-]{1,32}$/;
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -16,22 +24,29 @@ const FIELDS = {
   // prettier-ignore
   '': [
     'redis', 'store', 'memoryStore', 'blockCache', 'keyPrefix', 'storeErrors', 'failover', 'countOn',
-    'headers', 'logging', 'configCentre', 'liveConfig', 'mode', 'metrics', 'keyAudit', 'ipv6PrefixBits',
-    'clock', 'isGlobal', 'globalGuard',
+    'headers', 'logging', 'configCentre', 'liveConfig', 'mode', 'metrics', 'ipv6PrefixBits', 'clock',
+    'isGlobal', 'globalGuard',
   ],
   liveConfig: ['refreshMs'],
   metrics: ['registry', 'prefix'],
-  keyAudit: ['intervalMs'],
   memoryStore: ['maxKeys'],
-  blockCache: ['maxKeys'],
   storeErrors: ['policy', 'timeoutMs', 'circuitBreaker', 'localFallback', 'status'],
   'storeErrors.circuitBreaker': ['failureRatio', 'minimumCalls', 'windowMs', 'consecutiveFailures', 'halfOpenAfterMs'],
-  'storeErrors.localFallback': ['safetyFactor', 'expectedInstances'],
+  'storeErrors.localFallback': ['expectedInstances'],
   failover: ['detectLostWrites', 'marker', 'waitForReplicas'],
   'failover.waitForReplicas': ['replicas', 'timeoutMs'],
   countOn: ['inFlightWaitMs'],
-  logging: ['intervalMs', 'maxLinesPerSecond', 'level'],
+  logging: ['level'],
 } as const;
+
+/** Options of 0.2 that 0.3 fixed as constants (`defaults.ts`): what each now is, so an upgrade is told. */
+const REMOVED: Record<string, string> = {
+  'blockCache.maxKeys': `the block cache holds ${BLOCK_CACHE_MAX_KEYS} keys; give blockCache: true or false`,
+  'storeErrors.localFallback.safetyFactor': `the fallback's safety factor is ${LOCAL_FALLBACK_SAFETY_FACTOR}`,
+  'logging.intervalMs': `rejection lines are sampled per ${LOG_SAMPLING.intervalMs} ms; only 'level' remains`,
+  'logging.maxLinesPerSecond': `at most ${LOG_SAMPLING.maxLinesPerSecond} rejection lines a second; only 'level' remains`,
+  keyAudit: `the background key audit runs every ${KEY_AUDIT_INTERVAL_MS} ms`,
+};
 
 /** Where the flat options of 0.1 went, so an upgrade is told instead of silently ignored. */
 const MOVED: Record<string, string> = {
@@ -59,8 +74,10 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
     for (const name of Object.keys(value)) {
       if (!(FIELDS[field] as readonly string[]).includes(name)) {
         const path = field ? `${field}.${name}` : name;
-        const moved = field === '' ? MOVED[name] : undefined;
-        fail(path, moved ? `is now '${moved}'` : `is no option (known: ${FIELDS[field].join(', ')})`);
+        // Own fields only: a field named `toString` is no option either.
+        if (field === '' && Object.hasOwn(MOVED, name)) fail(path, `is now '${MOVED[name]}'`);
+        if (Object.hasOwn(REMOVED, path)) fail(path, `is no longer an option (0.3): ${REMOVED[path]}`);
+        fail(path, `is no option (known: ${FIELDS[field].join(', ')})`);
       }
     }
     return value;
@@ -80,6 +97,7 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
   };
 
   group('', options);
+  const redis = checkRedis(options.redis, fail);
   const { store } = options;
   if (
     store !== undefined &&
@@ -107,10 +125,6 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
 
   const storeErrors = group('storeErrors', options.storeErrors);
   const localFallback = group('storeErrors.localFallback', storeErrors.localFallback);
-  const safetyFactor = localFallback.safetyFactor ?? D.storeErrors.localFallback.safetyFactor;
-  if (typeof safetyFactor !== 'number' || !(safetyFactor >= 1)) {
-    fail('storeErrors.localFallback.safetyFactor', 'must be a number of at least 1', safetyFactor);
-  }
   let circuitBreaker: ResolvedRateLimitOptions['storeErrors']['circuitBreaker'] = false;
   if (storeErrors.circuitBreaker !== false) {
     const given = group('storeErrors.circuitBreaker', storeErrors.circuitBreaker);
@@ -159,11 +173,7 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
   let logging: ResolvedRateLimitOptions['logging'] = false;
   if (options.logging !== false) {
     const given = group('logging', options.logging);
-    logging = {
-      intervalMs: positive('logging.intervalMs', given.intervalMs, D.logging.intervalMs),
-      maxLinesPerSecond: positive('logging.maxLinesPerSecond', given.maxLinesPerSecond, D.logging.maxLinesPerSecond),
-      level: oneOf('logging.level', given.level, LEVELS, D.logging.level),
-    };
+    logging = { ...LOG_SAMPLING, level: oneOf('logging.level', given.level, LEVELS, D.logging.level) };
   }
 
   const liveConfig = group('liveConfig', options.liveConfig);
@@ -180,18 +190,15 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
     }
     metrics = { registry, prefix };
   }
-  const keyAudit = group('keyAudit', options.keyAudit);
   const memoryStore = group('memoryStore', options.memoryStore);
-  const blockCache =
-    options.blockCache === false
-      ? false
-      : {
-          maxKeys: positive(
-            'blockCache.maxKeys',
-            group('blockCache', options.blockCache).maxKeys,
-            D.blockCache.maxKeys,
-          ),
-        };
+  const { blockCache = D.blockCache } = options;
+  if (typeof blockCache !== 'boolean') {
+    const given: unknown = blockCache;
+    if (given !== null && typeof given === 'object' && 'maxKeys' in given) {
+      fail('blockCache.maxKeys', `is no longer an option (0.3): ${REMOVED['blockCache.maxKeys']}`);
+    }
+    fail('blockCache', 'must be true or false', given);
+  }
   const { ipv6PrefixBits = D.ipv6PrefixBits, clock } = options;
   if (!(Number.isInteger(ipv6PrefixBits) && ipv6PrefixBits >= 1 && ipv6PrefixBits <= 128)) {
     fail('ipv6PrefixBits', 'must be a whole number from 1 to 128', ipv6PrefixBits);
@@ -199,15 +206,16 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
   if (clock !== undefined && typeof clock !== 'function') fail('clock', 'must be a function returning ms', clock);
 
   return {
+    redis,
     keyPrefix,
     memoryStore: { maxKeys: positive('memoryStore.maxKeys', memoryStore.maxKeys, D.memoryStore.maxKeys) },
-    blockCache,
+    blockCache: blockCache && { maxKeys: BLOCK_CACHE_MAX_KEYS },
     storeErrors: {
       policy: oneOf('storeErrors.policy', storeErrors.policy, STORE_ERROR_POLICIES, D.storeErrors.policy),
       timeoutMs: positive('storeErrors.timeoutMs', storeErrors.timeoutMs, D.storeErrors.timeoutMs),
       circuitBreaker,
       localFallback: {
-        safetyFactor,
+        safetyFactor: LOCAL_FALLBACK_SAFETY_FACTOR,
         expectedInstances: positive(
           'storeErrors.localFallback.expectedInstances',
           localFallback.expectedInstances,
@@ -222,11 +230,147 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
     mode: oneOf('mode', options.mode, RATE_LIMIT_MODES, D.mode),
     liveConfig: { refreshMs: period('liveConfig.refreshMs', liveConfig.refreshMs, D.liveConfig.refreshMs) },
     metrics,
-    keyAudit: { intervalMs: period('keyAudit.intervalMs', keyAudit.intervalMs, D.keyAudit.intervalMs) },
+    keyAudit: { intervalMs: KEY_AUDIT_INTERVAL_MS },
     logging,
     ipv6PrefixBits,
     clock,
   };
+}
+
+type Fail = (field: string, problem: string, ...value: [unknown?]) => never;
+
+/** The URL schemes ioredis reads as Redis (`rediss:` with TLS); it would read any other as a host name. */
+const REDIS_SCHEME = /^rediss?:\/\//i;
+const REDIS_FORMS =
+  "a redis:// or rediss:// URL, a Unix socket's path, ioredis options, { cluster: [...] } or { client }";
+
+/**
+ * Checks `redis` in the forms ioredis takes, so a mistake stops the app at bootstrap, naming what is
+ * wrong, instead of becoming a client that retries a wrong address for ever (ioredis reads
+ * `'http://host'` or `'host:6379x'` as some host, and a Sentinel group without its name fails only
+ * when it connects). Never shows a password: URLs are shown without their credentials.
+ */
+function checkRedis(redis: unknown, fail: Fail): RateLimitRedisOptions | undefined {
+  if (redis === undefined) return undefined;
+  const wrong = (problem: string, ...value: [unknown?]): never => fail('redis', problem, ...value);
+  if (typeof redis === 'string') {
+    checkRedisUrl(redis, 'must be', wrong);
+    return redis;
+  }
+  if (redis === null || typeof redis !== 'object' || Array.isArray(redis)) {
+    return wrong(`must be ${REDIS_FORMS}`, typeof redis === 'number' ? redis : typeof redis);
+  }
+  const given = redis as Record<string, unknown>;
+  const others = (allowed: readonly string[]): string[] => Object.keys(given).filter((key) => !allowed.includes(key));
+  if ('client' in given) {
+    const { client } = given;
+    if (!isRedisClient(client)) {
+      wrong('{ client } must be an ioredis Redis or Cluster instance (with evalsha() and status)', kindOf(client));
+    }
+    const extra = others(['client']);
+    if (extra.length > 0)
+      wrong(`{ client } takes no other field: the client is used as it is, got ${extra.join(', ')}`);
+    return redis as RateLimitRedisOptions;
+  }
+  if ('cluster' in given) {
+    const { cluster: nodes, options } = given;
+    if (!Array.isArray(nodes) || nodes.length === 0) {
+      wrong('{ cluster } must list at least one node ({ host, port }, "host:port" or a port)', kindOf(nodes));
+    }
+    for (const node of nodes as unknown[]) {
+      if (!isNodeAddress(node)) wrong('{ cluster } has a node that is no { host, port }, "host:port" or port', node);
+    }
+    if (options !== undefined && (options === null || typeof options !== 'object')) {
+      wrong('{ cluster } options must be ioredis ClusterOptions (an object)', kindOf(options));
+    }
+    const extra = others(['cluster', 'options']);
+    if (extra.length > 0) {
+      wrong(`{ cluster } takes only 'cluster' and 'options' (ioredis ClusterOptions), got ${extra.join(', ')}`);
+    }
+    return redis as RateLimitRedisOptions;
+  }
+  // ioredis options, with an optional `url` that they complete.
+  const { url, host, port, path, sentinels, name } = given;
+  if (url !== undefined) {
+    if (typeof url !== 'string') wrong('url must be a string', kindOf(url));
+    checkRedisUrl(url as string, 'url must be', wrong);
+  }
+  if (host !== undefined && (typeof host !== 'string' || host.trim() === '')) wrong('host must be a host name', host);
+  if (port !== undefined && !isPort(typeof port === 'string' ? Number(port) : port)) {
+    wrong('port must be a whole number from 1 to 65535', port);
+  }
+  if (path !== undefined && (typeof path !== 'string' || path === '')) wrong("path must be a Unix socket's path", path);
+  if (sentinels !== undefined) {
+    if (!Array.isArray(sentinels) || sentinels.length === 0) {
+      wrong('sentinels must list at least one sentinel ({ host, port })', kindOf(sentinels));
+    }
+    for (const sentinel of sentinels as unknown[]) {
+      if (!isNodeAddress(sentinel) || typeof sentinel !== 'object') {
+        wrong('sentinels has an entry that is no { host, port }', sentinel);
+      }
+    }
+    if (typeof name !== 'string' || name === '') {
+      wrong("has sentinels but no 'name': the master's name the sentinels know (e.g. 'mymaster')", name);
+    }
+  }
+  return redis as RateLimitRedisOptions;
+}
+
+function checkRedisUrl(url: string, must: string, wrong: (problem: string, ...value: [unknown?]) => never): void {
+  if (url.trim() === '') wrong(`${must} ${REDIS_FORMS}, not empty`, url);
+  // ioredis reads a path (`/run/redis.sock`, with `?db=1` if need be) as a Unix socket.
+  if (url.startsWith('/') && !url.startsWith('//')) return;
+  if (!REDIS_SCHEME.test(url)) {
+    const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(url)?.[1];
+    const instead = scheme ? `, not ${scheme}://` : ': write redis:// before the host';
+    wrong(`${must} a redis:// or rediss:// URL (or a Unix socket's path)${instead}`, redactUrl(url));
+  }
+  try {
+    new URL(url);
+  } catch {
+    wrong(`${must} a valid URL (redis://[[user]:password@]host[:port][/db])`, redactUrl(url));
+  }
+}
+
+/** The URL with its user and password replaced, for an error message that may be logged. */
+function redactUrl(url: string): string {
+  return url.replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/?#]*@/i, '$1***@');
+}
+
+function isRedisClient(client: unknown): boolean {
+  // Duck-typed, as an app may have its own copy of ioredis: the calls the library makes.
+  const candidate = client as { evalsha?: unknown; status?: unknown; on?: unknown } | null;
+  return (
+    typeof candidate === 'object' &&
+    candidate !== null &&
+    typeof candidate.evalsha === 'function' &&
+    typeof candidate.status === 'string' &&
+    typeof candidate.on === 'function'
+  );
+}
+
+function isPort(port: unknown): boolean {
+  return Number.isInteger(port) && (port as number) >= 1 && (port as number) <= 65_535;
+}
+
+/** A node as ioredis takes one: `{ host?, port? }`, `'host:port'` (or a URL) or a port. */
+function isNodeAddress(node: unknown): boolean {
+  if (typeof node === 'number') return isPort(node);
+  if (typeof node === 'string') return node.trim() !== '';
+  if (node === null || typeof node !== 'object') return false;
+  const { host, port } = node as { host?: unknown; port?: unknown };
+  return (
+    (host !== undefined || port !== undefined) &&
+    (host === undefined || (typeof host === 'string' && host !== '')) &&
+    (port === undefined || isPort(typeof port === 'string' ? Number(port) : port))
+  );
+}
+
+function kindOf(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return value.length === 0 ? 'an empty array' : 'an array';
+  if (typeof value === 'object') return `an object (${value.constructor?.name ?? 'no class'})`;
+  return typeof value;
 }
 
 function describe(value: unknown): string {

@@ -1,16 +1,11 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
-import { RATE_LIMIT_OPTIONS } from '../module/module-definition.js';
-import {
-  RESOLVED_RATE_LIMIT_OPTIONS,
-  type RateLimitModuleOptions,
-  type ResolvedRateLimitOptions,
-} from '../module/options.js';
+import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
 import { type KeyAuditReport, auditRateLimitKeys } from '../audit/key-audit.js';
 import { type CircuitBreakerState, RedisCircuitBreaker } from './redis-circuit-breaker.js';
 import type { RedisScript } from './redis-script.js';
 import type { LiftedKeysWatcher } from '../store/rate-limit-store.js';
-import { RATE_LIMIT_DEFAULTS } from '../module/defaults.js';
+import { LOG_SAMPLING } from '../module/defaults.js';
 import { mastersOf } from './masters.js';
 import { CallDeadlines, RedisTimeoutError } from './call-deadlines.js';
 import { unsupportedRedis } from './redis-version.js';
@@ -83,20 +78,16 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   private readonly batches: WriteBatches | undefined;
 
   /** @internal Nest creates it from the module's options. */
-  constructor(
-    @Inject(RATE_LIMIT_OPTIONS) options: RateLimitModuleOptions,
-    @Inject(RESOLVED_RATE_LIMIT_OPTIONS) resolved: ResolvedRateLimitOptions,
-  ) {
+  constructor(@Inject(RESOLVED_RATE_LIMIT_OPTIONS) resolved: ResolvedRateLimitOptions) {
     this.timeoutMs = resolved.storeErrors.timeoutMs;
     this.deadlines = new CallDeadlines(this.timeoutMs);
     this.keyPrefix = resolved.keyPrefix;
     this.liftedChannel = `${resolved.keyPrefix}:lifted`;
     const { circuitBreaker } = resolved.storeErrors;
     if (circuitBreaker) {
-      const logIntervalMs = resolved.logging ? resolved.logging.intervalMs : RATE_LIMIT_DEFAULTS.logging.intervalMs;
-      this.breaker = new RedisCircuitBreaker(circuitBreaker, this.logger, logIntervalMs);
+      this.breaker = new RedisCircuitBreaker(circuitBreaker, this.logger, LOG_SAMPLING.intervalMs);
     }
-    const given = options.redis;
+    const given = resolved.redis;
     if (given === undefined) {
       this.ownsClient = false;
     } else if (typeof given === 'string') {
