@@ -22,9 +22,10 @@ import {
   type RateLimitRule,
   validateRule,
 } from '../rules/rate-limit-rule.js';
-import { type RateLimitReceipt, capacityOf } from '../store/rate-limit-store.js';
+import { capacityOf } from '../store/rate-limit-store.js';
 import type { RateLimitInspection } from './rate-limit-inspection.js';
-import { InFlightWaits } from './in-flight-waits.js';
+import { CountOnWaits } from './count-on-waits.js';
+import { consumeEnforced } from './shadow-rules.js';
 import { clientOf } from '../transports/limited-context.js';
 import { HitPreparation, type PreparedRule } from './prepare-hits.js';
 import {
@@ -33,9 +34,6 @@ import {
   type RuleDecision,
   rateLimitOutcome,
 } from './rate-limit-outcome.js';
-
-/** Requests that wait per key for `countOn` units in flight; more are refused at once, without a penalty. */
-const IN_FLIGHT_WAITERS_PER_KEY = 100;
 
 /**
  * A rule for `consume` and `reset`: the name of a rule declared with `@RateLimit`, or a rule's
@@ -53,7 +51,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   private readonly logger = new Logger('RateLimit');
   private readonly hits: HitPreparation;
   private readonly rejections: SampledLogger | undefined;
-  private readonly inFlight = new InFlightWaits(IN_FLIGHT_WAITERS_PER_KEY);
+  private readonly countOn: CountOnWaits;
   /** Rules given to `consume`/`reset` as options, validated once per object. */
   private readonly givenRules = new WeakMap<object, RateLimitRule>();
 
@@ -68,6 +66,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     /** The store with leases on top, for requests with a rule that has `lease`; none: leases are not kept. */
     @Optional() @Inject(LeasingStore) private readonly leasing: LeasingStore | null = null,
   ) {
+    this.countOn = new CountOnWaits(options.countOn.inFlightWaitMs);
     this.hits = new HitPreparation(configCentre, options.keyPrefix, options.ipv6PrefixBits, options.mode);
     const { logging } = options;
     if (logging) {
@@ -156,7 +155,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     checkIdentity(identity, 'reset');
     const keys = this.rulesOf(rules, 'reset').flatMap((rule) => this.hits.keysOf(rule, identity));
     await (this.leasing ?? this.store).reset(keys);
-    this.inFlight.settled(keys);
+    this.countOn.settled(keys);
   }
 
   /**
@@ -205,7 +204,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       const reason = describeError(error);
       this.problems.report(`refund:${reason}`, `Settling countOn units failed (${reason}); they stay counted`);
     } finally {
-      this.inFlight.settled(settlements.map(({ hit }) => hit.key));
+      this.countOn.settled(settlements.map(({ hit }) => hit.key));
     }
   }
 
@@ -222,67 +221,21 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   }
 
   /**
-   * Asked again while the only refusals are `countOn` units in flight (they may yet be refunded),
-   * up to `countOn.inFlightWaitMs`; and without the `'shadow'` rules that alone refused.
+   * Rules with `countOn` wait for units in flight to settle (`CountOnWaits`); `'shadow'` rules that
+   * alone refused are asked again without (`consumeEnforced`).
    */
   private async decideAsking(prepared: readonly PreparedRule[], gone: () => boolean): Promise<RateLimitOutcome> {
-    const waitUntil = performance.now() + this.options.countOn.inFlightWaitMs;
-    for (let attempt = 0; ; attempt += 1) {
-      const consumption = await this.consumeEnforced(prepared);
-      const inFlight = consumption.storeError ? undefined : keysInFlight(prepared, consumption);
-      const left = waitUntil - performance.now();
-      // Backs off from 10 ms to 160 ms between asks, for admissions other instances settle unseen.
-      if (
-        inFlight &&
-        left > 0 &&
-        !gone() &&
-        (await this.inFlight.wait(inFlight, Math.min(left, 10 * 2 ** Math.min(attempt, 4))))
-      ) {
-        continue;
-      }
-      return this.decided(prepared, consumption);
-    }
+    const ask = () => consumeEnforced(prepared, (subset) => this.consumeOf(subset));
+    const consumption = prepared.some((p) => p.hit.conditional)
+      ? await this.countOn.decide(prepared, ask, gone)
+      : await ask();
+    return this.decided(prepared, consumption);
   }
 
   private decided(prepared: readonly PreparedRule[], consumption: ResilientConsumption): RateLimitOutcome {
     const outcome = this.outcome(prepared, consumption);
     this.metrics?.decided(outcome);
     return outcome;
-  }
-
-  /**
-   * One store call; and when only `'shadow'` rules refused, another without them, since they never
-   * refuse a request and a refused call counted nothing of the rules that admitted. So a shadowed
-   * rule's counter moves only with the request's admission, never in its stead. Decisions and
-   * receipts are those of `prepared`, in order; a shadowed rule that refused has its refusal and no
-   * receipt.
-   */
-  private async consumeEnforced(prepared: readonly PreparedRule[]): Promise<ResilientConsumption> {
-    const first = await this.consumeOf(prepared);
-    if (first.allowed || !prepared.some((p) => p.thresholds.mode === 'shadow')) return first;
-    const decisions = [...first.decisions];
-    const receipts: RateLimitReceipt[] = [];
-    let asked = prepared.map((_, i) => i);
-    let consumption = first;
-    while (!consumption.allowed) {
-      const refusing = asked.filter((_, j) => !consumption.decisions[j].allowed);
-      if (refusing.length === 0 || refusing.some((i) => prepared[i].thresholds.mode !== 'shadow')) break;
-      asked = asked.filter((i) => !refusing.includes(i));
-      if (asked.length === 0) {
-        consumption = { allowed: true, decisions: [], receipts: [] };
-        break;
-      }
-      consumption = await this.consumeOf(asked.map((i) => prepared[i]));
-      asked.forEach((i, j) => (decisions[i] = consumption.decisions[j]));
-    }
-    if (consumption.receipts) asked.forEach((i, j) => (receipts[i] = consumption.receipts![j]));
-    const merged: ResilientConsumption = {
-      allowed: consumption.allowed,
-      decisions,
-      receipts: consumption.allowed ? receipts : undefined,
-    };
-    if (consumption.storeError) merged.storeError = consumption.storeError;
-    return merged;
   }
 
   private consumeOf(prepared: readonly PreparedRule[]): Promise<ResilientConsumption> {
@@ -385,20 +338,4 @@ function identityAsGiven(): string {
  */
 function clientGone(context: ExecutionContext): boolean {
   return clientOf(context).gone;
-}
-
-/**
- * The keys to wait on when every rule that rejected did so only because of `countOn` units still in
- * flight; undefined when the request is admitted or some rejection is final.
- */
-function keysInFlight(prepared: readonly PreparedRule[], consumption: ResilientConsumption): string[] | undefined {
-  if (consumption.allowed) return undefined;
-  const keys: string[] = [];
-  for (const [i, decision] of consumption.decisions.entries()) {
-    // A shadowed rule's refusal refuses nothing: only the enforced rules' say whether to wait.
-    if (decision.allowed || prepared[i].thresholds.mode === 'shadow') continue;
-    if (!decision.provisional) return undefined;
-    keys.push(prepared[i].hit.key);
-  }
-  return keys;
 }
