@@ -15,7 +15,8 @@
  * Each contender runs after a warm-up; rounds alternate the contenders' order, figures are ratios
  * to the bare app in the same round, and each cell keeps its median over the rounds. App CPU is the
  * contender process's (from /proc), Redis CPU the server's `used_cpu_user + used_cpu_sys`, both per
- * request over the bare app's and per request.
+ * request over the bare app's and per request; RSS the contender's resident memory after its run
+ * (after warm-up and load), over the bare app's.
  *
  *   npm run bench:http          (QUICK=1: one round of 2 s each; BENCH_SECONDS=10 for longer)
  */
@@ -38,6 +39,8 @@ interface Result {
   p99Ms: number;
   appCpuUs: number;
   redisCpuUs: number;
+  /** The app's resident memory after its run (MiB). */
+  rssMiB: number;
   statuses: string;
 }
 
@@ -55,6 +58,12 @@ const NAMES: Record<string, string> = {
   'rlf-block': 'rate-limiter-flexible, in-memory block',
   throttler: '@nestjs/throttler + Redis storage',
 };
+
+/** Resident memory of a process now, in MiB (Linux: /proc/<pid>/status). */
+function processRssMiB(pid: number): number {
+  const kib = Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0);
+  return kib / 1024;
+}
 
 /** User and system CPU of a process so far, in µs (Linux: /proc/<pid>/stat, in clock ticks of 10 ms). */
 function processCpuUs(pid: number): number {
@@ -104,6 +113,7 @@ async function measure(contender: string, limit: number, redisUrl: string, stats
     const redisBefore = await redisCpuUs(stats);
     const result = await autocannon({ url: app.url, connections: CONNECTIONS, duration: SECONDS });
     const appCpu = processCpuUs(app.pid) - appBefore;
+    const rssMiB = processRssMiB(app.pid);
     const redisCpu = (await redisCpuUs(stats)) - redisBefore;
     const total = result.requests.total;
     const statuses = Object.entries({
@@ -119,6 +129,7 @@ async function measure(contender: string, limit: number, redisUrl: string, stats
       p99Ms: result.latency.p99,
       appCpuUs: appCpu / total,
       redisCpuUs: redisCpu / total,
+      rssMiB,
       statuses,
     };
   } finally {
@@ -152,11 +163,12 @@ async function run(
     }
   }
   const bareCpu = median(results.get('bare')!.map((r) => r.appCpuUs));
+  const bareRss = median(results.get('bare')!.map((r) => r.rssMiB));
   const rows = [
     `### ${title}`,
     '',
-    '| contender | req/s | x bare | p99 ms | app µs/request over bare | Redis µs/request | responses (last round) |',
-    '|---|---|---|---|---|---|---|',
+    '| contender | req/s | x bare | p99 ms | app µs/request over bare | Redis µs/request | RSS MiB over bare | responses (last round) |',
+    '|---|---|---|---|---|---|---|---|',
   ];
   for (const contender of contenders) {
     const all = results.get(contender)!;
@@ -165,7 +177,9 @@ async function run(
       `| ${NAMES[contender]} | ${Math.round(median(all.map((r) => r.perSecond)))} | ` +
         `${median(ratios.get(contender)!).toFixed(2)} | ${median(all.map((r) => r.p99Ms))} | ` +
         `${contender === 'bare' ? `(${cpu.toFixed(0)} in all)` : `+${(cpu - bareCpu).toFixed(0)}`} | ` +
-        `${median(all.map((r) => r.redisCpuUs)).toFixed(1)} | ${all.at(-1)!.statuses} |`,
+        `${median(all.map((r) => r.redisCpuUs)).toFixed(1)} | ` +
+        `${contender === 'bare' ? `(${bareRss.toFixed(0)} in all)` : `+${(median(all.map((r) => r.rssMiB)) - bareRss).toFixed(1)}`} | ` +
+        `${all.at(-1)!.statuses} |`,
     );
   }
   console.log(rows.join('\n'), '\n');
