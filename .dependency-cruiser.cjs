@@ -62,7 +62,7 @@ module.exports = {
       name: 'library-imports-no-app-code',
       severity: 'error',
       comment: 'The package is published alone: it may not reach into the demo, the suites or the benchmarks.',
-      from: { path: '^libs/rate-limit/src' },
+      from: { path: '^libs/rate-limit/(src|bin)' },
       to: { path: '^(apps|test|bench)/' },
     },
     ...layerRule({

@@ -9,7 +9,8 @@ import { ConfigModule } from '@nestjs/config';
 import { ExecutionContextHost } from '@nestjs/core/helpers/execution-context-host.js';
 import { Test } from '@nestjs/testing';
 import { bench, describe } from 'vitest';
-import { RateLimit, RateLimitGuard, RateLimitModule, rateLimitKeys } from 'nest-rate-limit';
+import { RateLimit, RateLimitGuard, RateLimitModule } from 'nest-rate-limit';
+import { rateLimitKeys } from 'nest-rate-limit/store';
 
 @Controller()
 class BenchController {

@@ -19,7 +19,7 @@ const INSTANCES = 3;
 const TOKEN = 'test-admin-token';
 /** How long a change may take to reach every instance. */
 const PROPAGATION_BOUND_MS = 1_000;
-const CLI = join(ROOT, 'libs/rate-limit/dist/management/limits.cli.js');
+const CLI = join(ROOT, 'libs/rate-limit/dist/bin/limits.js');
 
 interface CliResult {
   code: number;

@@ -1,10 +1,6 @@
 import { Controller, Get, type INestApplication, ServiceUnavailableException } from '@nestjs/common';
-import {
-  RateLimit,
-  RateLimitConfigurationError,
-  RateLimitManagementService,
-  MemoryConfigCentre,
-} from 'nest-rate-limit';
+import { RateLimit, RateLimitConfigurationError } from 'nest-rate-limit';
+import { RateLimitManagementService, MemoryConfigCentre } from 'nest-rate-limit/live';
 import request from 'supertest';
 import { afterEach, expect, it } from 'vitest';
 import { LogCapture } from '../support/log-capture.js';

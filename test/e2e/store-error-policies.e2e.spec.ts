@@ -1,7 +1,8 @@
 import { Controller, type ExecutionContext, Get, type INestApplication } from '@nestjs/common';
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { RateLimit, rateLimitKey } from 'nest-rate-limit';
+import { RateLimit } from 'nest-rate-limit';
+import { rateLimitKey } from 'nest-rate-limit/store';
 import { fixedWindowCount } from '../support/inspect.js';
 import { until } from '../support/poll.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';

@@ -1,7 +1,8 @@
 import { Controller, Get, type INestApplication } from '@nestjs/common';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RateLimit, rateLimitKey } from 'nest-rate-limit';
+import { RateLimit } from 'nest-rate-limit';
+import { rateLimitKey } from 'nest-rate-limit/store';
 import { fixedWindowCount } from '../support/inspect.js';
 import { LogCapture } from '../support/log-capture.js';
 import { until } from '../support/poll.js';

@@ -1,5 +1,5 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { connect } from 'node:net';
 import { join } from 'node:path';
@@ -61,11 +61,20 @@ function pinned(packages: readonly string[], tarball: string, ioredis = version(
   });
 }
 
+/** The README's blocks an app on the package alone compiles: they import nothing but the package's front door. */
+const CORE_SOURCES = ['src/app.module.ts', 'src/main.ts'];
+
 /**
  * A fresh app in its own folder, shaped like the Nest CLI's starter (what `nest new` depends on),
- * in ESM or CommonJS, then the given `npm install` commands.
+ * in ESM or CommonJS, then the given `npm install` commands. Its sources are the README's blocks
+ * (`only`: those of these files), and a `health-main.ts` that boots the README's health module.
  */
-async function createApp(flavour: Flavour, installs: Installs, dirs: string[]): Promise<string> {
+async function createApp(
+  flavour: Flavour,
+  installs: Installs,
+  dirs: string[],
+  { only, skipLibCheck = false }: { only?: readonly string[]; skipLibCheck?: boolean } = {},
+): Promise<string> {
   const dir = mkdtempSync(join(tmpdir(), `rl-consumer-${flavour}-`));
   // Removed after the suite even when an install below fails.
   dirs.push(dir);
@@ -94,7 +103,7 @@ async function createApp(flavour: Flavour, installs: Installs, dirs: string[]): 
           experimentalDecorators: true,
           emitDecoratorMetadata: true,
           strict: true,
-          skipLibCheck: false,
+          skipLibCheck,
           outDir: 'dist',
           rootDir: 'src',
         },
@@ -110,15 +119,19 @@ async function createApp(flavour: Flavour, installs: Installs, dirs: string[]): 
   expect([...sources.keys()]).toEqual(
     expect.arrayContaining(['src/app.module.ts', 'src/main.ts', 'src/health.module.ts']),
   );
-  for (const [file, code] of sources) writeFileSync(join(dir, file), code);
+  for (const [file, code] of sources) if (!only || only.includes(file)) writeFileSync(join(dir, file), code);
   // The README's health module, booted as main.ts boots the app module.
-  writeFileSync(
-    join(dir, 'src/health-main.ts'),
-    sources
-      .get('src/main.ts')!
-      .replace("import { AppModule } from './app.module.js';", "import { HealthAppModule } from './health.module.js';")
-      .replace('NestFactory.create(AppModule)', 'NestFactory.create(HealthAppModule)'),
-  );
+  if (!only)
+    writeFileSync(
+      join(dir, 'src/health-main.ts'),
+      sources
+        .get('src/main.ts')!
+        .replace(
+          "import { AppModule } from './app.module.js';",
+          "import { HealthAppModule } from './health.module.js';",
+        )
+        .replace('NestFactory.create(AppModule)', 'NestFactory.create(HealthAppModule)'),
+    );
   for (const packages of installs) {
     // From npm's cache when it has them (CI's `npm ci` filled it), else from the registry. A failed
     // command (an ERESOLVE) rejects with npm's output.
@@ -127,6 +140,15 @@ async function createApp(flavour: Flavour, installs: Installs, dirs: string[]): 
     });
   }
   return dir;
+}
+
+/** `tsc` in the app, failing with its output. */
+async function compile(dir: string): Promise<void> {
+  await run(join(dir, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.json'], { cwd: dir }).catch(
+    (error: { stdout?: string }) => {
+      throw new Error(`tsc failed:\n${error.stdout}`);
+    },
+  );
 }
 
 /** The version of a package the app has installed. */
@@ -168,6 +190,22 @@ async function boot(
   return { url: `http://127.0.0.1:${port}`, process: child };
 }
 
+/** `node dist/main.js` expected to stop by itself: its exit code and output. */
+async function exited(dir: string, env: Record<string, string>): Promise<{ code: number | null; output: string }> {
+  const child = spawn(process.execPath, ['dist/main.js'], {
+    cwd: dir,
+    env: { ...process.env, ...env, PORT: String(await freePort()) },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
+  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+  clearTimeout(timer);
+  return { code, output };
+}
+
 function accepts(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const socket = connect(port, '127.0.0.1', () => {
@@ -195,6 +233,9 @@ describe('the packed package in fresh apps outside the repository', () => {
     await copyPackage(copy);
     const tsc = join(ROOT, 'node_modules/.bin/tsc');
     await run(tsc, ['-p', join(PACKAGE, 'tsconfig.build.json'), '--outDir', join(copy, 'dist')]);
+    // The commands import the package by its name; `npm run typecheck` checks them, and here they are
+    // only emitted (checked, they would be read against the repository's dist/, not this one).
+    await run(tsc, ['-p', join(PACKAGE, 'tsconfig.bin.json'), '--outDir', join(copy, 'dist/bin'), '--noCheck']);
     await run('npm', ['pack', '--ignore-scripts', '--pack-destination', packDir, '--loglevel=error'], { cwd: copy });
     tarball = join(
       packDir,
@@ -207,14 +248,18 @@ describe('the packed package in fresh apps outside the repository', () => {
     for (const child of processes) child.kill('SIGKILL');
     await redis?.stop();
     for (const dir of [...dirs, packDir]) if (dir) rmSync(dir, { recursive: true, force: true });
-  });
+    // Four apps' node_modules to remove.
+  }, 120_000);
 
-  it('ships compiled JavaScript, declarations, the audit command, LICENSE and CHANGELOG, and no sources or specs', async () => {
+  it('ships compiled JavaScript, declarations, the commands, LICENSE and CHANGELOG, and no sources or specs', async () => {
     const { stdout } = await run('tar', ['-tzf', tarball]);
     const files = stdout.trim().split('\n');
-    expect(files).toContain('package/dist/index.js');
-    expect(files).toContain('package/dist/index.d.ts');
-    expect(files).toContain('package/dist/audit/audit-keys.cli.js');
+    for (const entry of ['index', 'live/index', 'ops/index', 'store/index']) {
+      expect(files).toContain(`package/dist/${entry}.js`);
+      expect(files).toContain(`package/dist/${entry}.d.ts`);
+    }
+    expect(files).toContain('package/dist/bin/audit-keys.js');
+    expect(files).toContain('package/dist/bin/limits.js');
     expect(files).toContain('package/LICENSE');
     expect(files).toContain('package/CHANGELOG.md');
     expect(files).toContain('package/README.md');
@@ -237,10 +282,17 @@ describe('the packed package in fresh apps outside the repository', () => {
       (tarball) => readmeInstalls().map((packages) => pinned(packages, tarball)),
     ],
     [
-      'the package alone (npm adds its peers), then terminus and prom-client',
+      'the package alone, then its optional peers, then terminus and prom-client',
       'commonjs',
       'embedded',
-      (tarball) => [[tarball], pinned(readmeInstalls()[1], tarball)],
+      (tarball) => [
+        [tarball],
+        pinned(
+          readmeInstalls()[0].filter((name) => name !== 'nest-rate-limit'),
+          tarball,
+        ),
+        pinned(readmeInstalls()[1], tarball),
+      ],
     ],
     [
       'the README’s commands the other way round, on ioredis 5.4',
@@ -259,11 +311,7 @@ describe('the packed package in fresh apps outside the repository', () => {
       if (installs(tarball).some((packages) => packages.includes(`ioredis@${IOREDIS_5}`))) {
         expect(installed(dir, 'ioredis')).toBe(IOREDIS_5);
       }
-      await run(join(dir, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.json'], { cwd: dir }).catch(
-        (error: { stdout?: string }) => {
-          throw new Error(`tsc failed:\n${error.stdout}`);
-        },
-      );
+      await compile(dir);
       const env: Record<string, string> = store === 'Redis' ? { REDIS_URL: redis.url } : {};
       const app = await boot(dir, env);
       processes.push(app.process);
@@ -289,6 +337,32 @@ describe('the packed package in fresh apps outside the repository', () => {
       expect(metrics.headers.get('content-type')).toMatch(/^text\/plain/);
       expect(await metrics.text()).toContain('rate_limit_decisions_total');
       health.process.kill('SIGTERM');
+    },
+  );
+
+  it(
+    'the package alone, without @nestjs/config and ioredis: on the embedded store the README’s app compiles, boots and limits; given `redis`, it stops at its start naming the option and what to install',
+    { timeout: 240_000 },
+    async () => {
+      const dir = await createApp('esm', [[tarball]], dirs, {
+        only: CORE_SOURCES,
+        // As `nest new`'s tsconfig has it: the declarations of the `redis` option name ioredis's
+        // types, which an app that leaves ioredis out never uses.
+        skipLibCheck: true,
+      });
+      for (const peer of ['@nestjs/config', 'ioredis'])
+        expect(existsSync(join(dir, 'node_modules', peer)), peer).toBe(false);
+      await compile(dir);
+      const app = await boot(dir, {});
+      processes.push(app.process);
+      const statuses = [];
+      for (let i = 0; i < 4; i += 1) statuses.push((await fetch(`${app.url}/hello`)).status);
+      expect(statuses).toEqual([200, 200, 200, 429]);
+      app.process.kill('SIGTERM');
+
+      const { code, output } = await exited(dir, { REDIS_URL: redis.url });
+      expect(code).not.toBe(0);
+      expect(output).toContain("RateLimitModule options: 'redis' needs the package ioredis: npm install ioredis");
     },
   );
 });

@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -8,20 +8,117 @@ import ts from 'typescript';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 /**
- * The public API is one barrel: every type that an exported declaration's signature mentions is
- * exported too, so users can name what they are handed. Checked on the declarations the package
- * ships (built with its own tsconfig, `@internal` members stripped), not on the sources.
+ * The public API is four entries: the front door (`nest-rate-limit`) and `/live`, `/ops` and
+ * `/store`. Each exports the names listed here and no others, and every type that an exported
+ * declaration's signature mentions is exported by one of them, so users can name what they are
+ * handed. Checked on the declarations the package ships (built with its own tsconfig, `@internal`
+ * members stripped), not on the sources.
  */
 
 const PACKAGE = fileURLToPath(new URL('../../libs/rate-limit', import.meta.url));
 const run = promisify(execFile);
 
+/** Each entry's names: its `exports` subpath, and the declarations file it maps to in dist/. */
+const ENTRIES: Record<string, { declarations: string; names: string[] }> = {
+  'nest-rate-limit': {
+    declarations: 'index.d.ts',
+    names: [
+      'ALGORITHM_NAMES',
+      'CircuitBreakerState',
+      'ConditionalUnits',
+      'Duration',
+      'RATE_LIMIT_DEFAULTS',
+      'RateLimit',
+      'RateLimitAlgorithmName',
+      'RateLimitBy',
+      'RateLimitCircuitBreakerOptions',
+      'RateLimitConfigurationError',
+      'RateLimitCost',
+      'RateLimitCountOn',
+      'RateLimitException',
+      'RateLimitExceptionBody',
+      'RateLimitFailoverOptions',
+      'RateLimitGraphQLError',
+      'RateLimitGraphQLExtensions',
+      'RateLimitGuard',
+      'RateLimitHeaderStyle',
+      'RateLimitIdentity',
+      'RateLimitIdentityResolver',
+      'RateLimitInspection',
+      'RateLimitInterceptor',
+      'RateLimitLoggingOptions',
+      'RateLimitMode',
+      'RateLimitModule',
+      'RateLimitModuleAsyncOptions',
+      'RateLimitModuleExtras',
+      'RateLimitModuleOptions',
+      'RateLimitOptions',
+      'RateLimitOutcome',
+      'RateLimitRedisOptions',
+      'RateLimitRule',
+      'RateLimitRuleRef',
+      'RateLimitStoreErrorOptions',
+      'RateLimitStoreErrorPolicy',
+      'RateLimitWsError',
+      'RateLimiterService',
+      'RedisService',
+      'RedisTimeoutError',
+      'RuleDecision',
+      'SampledLogLevel',
+      'SkipRateLimit',
+      'redisOptionsFromEnv',
+    ],
+  },
+  'nest-rate-limit/live': {
+    declarations: 'live/index.d.ts',
+    names: [
+      'LiveConfigCentre',
+      'LiveConfigState',
+      'MemoryConfigCentre',
+      'NestConfigCentre',
+      'RateLimitConfigCentre',
+      'RateLimitLimitEntry',
+      'RateLimitManagementService',
+      'RateLimitOverride',
+      'RateLimitRuleLimits',
+      'RedisConfigCentre',
+    ],
+  },
+  'nest-rate-limit/ops': {
+    declarations: 'ops/index.d.ts',
+    names: ['KeyAuditReport', 'RateLimitDecisionOutcome', 'RateLimitHealth', 'RateLimitHealthIndicator'],
+  },
+  'nest-rate-limit/store': {
+    declarations: 'store/index.d.ts',
+    names: [
+      'LiftedKeysWatcher',
+      'MemoryRateLimitStore',
+      'RateLimitConsumption',
+      'RateLimitDecision',
+      'RateLimitHit',
+      'RateLimitKeysBeside',
+      'RateLimitReceipt',
+      'RateLimitRefund',
+      'RateLimitSettlement',
+      'RateLimitStanding',
+      'RateLimitStore',
+      'RedisScript',
+      'STORED_FIELDS',
+      'STORED_TYPES',
+      'keysBeside',
+      'rateLimitKey',
+      'rateLimitKeys',
+    ],
+  },
+};
+
 describe('the public API', () => {
   let outDir: string;
-  let program: ts.Program;
   let checker: ts.TypeChecker;
-  let exported: Set<ts.Symbol>;
-  let entry: ts.SourceFile;
+  /** Per entry, the declarations it exports (aliases resolved). */
+  const byEntry = new Map<string, Set<ts.Symbol>>();
+  /** What any entry exports. */
+  const exported = new Set<ts.Symbol>();
 
   beforeAll(async () => {
     outDir = mkdtempSync(join(tmpdir(), 'rl-api-'));
@@ -35,15 +132,19 @@ describe('the public API', () => {
       '--sourceMap',
       'false',
     ]);
-    program = ts.createProgram([join(outDir, 'index.d.ts')], {
+    const files = Object.values(ENTRIES).map(({ declarations }) => join(outDir, declarations));
+    const program = ts.createProgram(files, {
       module: ts.ModuleKind.NodeNext,
       moduleResolution: ts.ModuleResolutionKind.NodeNext,
       noEmit: true,
     });
     checker = program.getTypeChecker();
-    entry = program.getSourceFile(join(outDir, 'index.d.ts'))!;
-    const module = checker.getSymbolAtLocation(entry)!;
-    exported = new Set(checker.getExportsOfModule(module).map((symbol) => resolved(symbol)));
+    for (const [entry, { declarations }] of Object.entries(ENTRIES)) {
+      const module = checker.getSymbolAtLocation(program.getSourceFile(join(outDir, declarations))!)!;
+      const symbols = new Set(checker.getExportsOfModule(module).map((symbol) => resolved(symbol)));
+      byEntry.set(entry, symbols);
+      for (const symbol of symbols) exported.add(symbol);
+    }
   }, 120_000);
 
   afterAll(() => {
@@ -74,7 +175,17 @@ describe('the public API', () => {
     ts.forEachChild(node, (child) => referencedDeclarations(child, found));
   }
 
-  it('exports every type its exported signatures mention', () => {
+  it.each(Object.keys(ENTRIES))('%s exports the names it is meant to, and no others', (entry) => {
+    const names = [...byEntry.get(entry)!].map((symbol) => symbol.getName());
+    expect(names.sort()).toEqual([...ENTRIES[entry].names].sort());
+  });
+
+  it('exports every name from one entry only', () => {
+    const all = Object.values(ENTRIES).flatMap(({ names }) => names);
+    expect(all.filter((name, i) => all.indexOf(name) !== i)).toEqual([]);
+  });
+
+  it('exports every type its exported signatures mention, from one of its entries', () => {
     const missing: string[] = [];
     for (const symbol of exported) {
       const found = new Map<ts.Symbol, string>();
@@ -91,6 +202,21 @@ describe('the public API', () => {
     expect(names).toEqual(expect.arrayContaining(['RateLimitModule', 'RateLimit', 'RateLimiterService']));
     for (const internal of ['ResilientStore', 'StoreProblemLog', 'RateLimitRuleRegistry', 'ResolvedRateLimitOptions']) {
       expect(names).not.toContain(internal);
+    }
+  });
+
+  it('every entry is in package.json `exports`, with its sources, declarations and JavaScript', () => {
+    const manifest = JSON.parse(readFileSync(join(PACKAGE, 'package.json'), 'utf8')) as {
+      exports: Record<string, unknown>;
+    };
+    for (const [entry, { declarations }] of Object.entries(ENTRIES)) {
+      const subpath = `.${entry.slice('nest-rate-limit'.length)}`;
+      const base = declarations.slice(0, -'.d.ts'.length);
+      expect(manifest.exports[subpath], subpath).toEqual({
+        'nest-rate-limit-source': `./src/${base}.ts`,
+        types: `./dist/${base}.d.ts`,
+        default: `./dist/${base}.js`,
+      });
     }
   });
 });

@@ -1,11 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import {
-  type RateLimitHit,
-  type RateLimitModuleOptions,
-  type RateLimitStore,
-  type RateLimiterService,
-  rateLimitKey,
-} from 'nest-rate-limit';
+import { type RateLimitModuleOptions, type RateLimiterService } from 'nest-rate-limit';
+import { type RateLimitHit, type RateLimitStore, rateLimitKey } from 'nest-rate-limit/store';
 import { until } from '../support/poll.js';
 import { scriptCalls, sharedRedisSuite } from '../support/shared-redis.js';
 import { uniquePrefix } from '../support/test-app.js';

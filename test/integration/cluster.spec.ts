@@ -2,7 +2,8 @@ import { Controller, type ExecutionContext, Get, type INestApplication } from '@
 import { Cluster } from 'ioredis';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RateLimit, type RateLimitHit, type RateLimitStore, rateLimitKey } from 'nest-rate-limit';
+import { RateLimit } from 'nest-rate-limit';
+import { type RateLimitHit, type RateLimitStore, rateLimitKey } from 'nest-rate-limit/store';
 import { fixedWindowCount } from '../support/inspect.js';
 import { type RedisCluster, startRedisCluster } from '../support/redis-server.js';
 import { createStore, hit } from '../support/store-module.js';

@@ -13,7 +13,8 @@ import {
 import { ConfigService } from '@nestjs/config';
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { RateLimit, RateLimitConfigCentre, type RateLimitOverride } from 'nest-rate-limit';
+import { RateLimit } from 'nest-rate-limit';
+import { RateLimitConfigCentre, type RateLimitOverride } from 'nest-rate-limit/live';
 import { LogCapture } from '../support/log-capture.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';

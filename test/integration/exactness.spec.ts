@@ -2,7 +2,8 @@ import { Controller, type ExecutionContext, Get, type INestApplication } from '@
 import type { Redis } from 'ioredis';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RateLimit, rateLimitKey } from 'nest-rate-limit';
+import { RateLimit } from 'nest-rate-limit';
+import { rateLimitKey } from 'nest-rate-limit/store';
 import { fixedWindowCount } from '../support/inspect.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';

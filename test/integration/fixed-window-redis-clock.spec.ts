@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RateLimitHit, type RateLimitStore, STORED_FIELDS, keysBeside } from 'nest-rate-limit';
+import { type RateLimitHit, type RateLimitStore, STORED_FIELDS, keysBeside } from 'nest-rate-limit/store';
 import { fixedWindowCount, redisNow } from '../support/inspect.js';
 import { until } from '../support/poll.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';

@@ -1,6 +1,8 @@
 import { Controller, Get, type INestApplication } from '@nestjs/common';
 import { HealthCheck, HealthCheckService, TerminusModule } from '@nestjs/terminus';
-import { RateLimit, RateLimitHealthIndicator, RedisConfigCentre } from 'nest-rate-limit';
+import { RateLimit } from 'nest-rate-limit';
+import { RedisConfigCentre } from 'nest-rate-limit/live';
+import { RateLimitHealthIndicator } from 'nest-rate-limit/ops';
 import request from 'supertest';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { until } from '../support/poll.js';

@@ -1,11 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import {
-  RateLimitConfigCentre,
-  type RateLimitOverride,
-  type RateLimitRuleRef,
-  type RateLimiterService,
-  rateLimitKey,
-} from 'nest-rate-limit';
+import { type RateLimitRuleRef, type RateLimiterService } from 'nest-rate-limit';
+import { RateLimitConfigCentre, type RateLimitOverride } from 'nest-rate-limit/live';
+import { rateLimitKey } from 'nest-rate-limit/store';
 import { until } from '../support/poll.js';
 import { startRedisServer } from '../support/redis-server.js';
 import { scriptCalls, sharedRedisSuite } from '../support/shared-redis.js';

@@ -3,16 +3,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Controller, Get, type INestApplication } from '@nestjs/common';
 import type { Redis } from 'ioredis';
+import { RateLimit, RateLimitConfigurationError, RateLimiterService, RedisService } from 'nest-rate-limit';
 import {
-  RateLimit,
   RateLimitConfigCentre,
-  RateLimitConfigurationError,
   RateLimitManagementService,
   type RateLimitOverride,
-  RateLimiterService,
   RedisConfigCentre,
-  RedisService,
-} from 'nest-rate-limit';
+} from 'nest-rate-limit/live';
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { LogCapture } from '../support/log-capture.js';

@@ -2,14 +2,13 @@ import type { INestApplication } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from 'nest-rate-limit';
 import {
-  ALGORITHM_NAMES,
   MemoryRateLimitStore,
-  type RateLimitAlgorithmName,
   type RateLimitConsumption,
   type RateLimitHit,
   RateLimitStore,
-} from 'nest-rate-limit';
+} from 'nest-rate-limit/store';
 import { AppModule } from '../../apps/demo/src/app.module.js';
 import { createStore, hit } from '../support/store-module.js';
 import { uniquePrefix } from '../support/test-app.js';

@@ -1,5 +1,6 @@
 import { Controller, Get, type INestApplication } from '@nestjs/common';
-import { RateLimit, RateLimitManagementService, RateLimiterService, RedisConfigCentre } from 'nest-rate-limit';
+import { RateLimit, RateLimiterService } from 'nest-rate-limit';
+import { RateLimitManagementService, RedisConfigCentre } from 'nest-rate-limit/live';
 import { Registry, register } from 'prom-client';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';

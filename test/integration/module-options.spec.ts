@@ -4,14 +4,8 @@ import { Test } from '@nestjs/testing';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Cluster, Redis } from 'ioredis';
-import {
-  RateLimit,
-  RateLimitConfigurationError,
-  RateLimitGuard,
-  RateLimitModule,
-  RedisService,
-  rateLimitKeys,
-} from 'nest-rate-limit';
+import { RateLimit, RateLimitConfigurationError, RateLimitGuard, RateLimitModule, RedisService } from 'nest-rate-limit';
+import { rateLimitKeys } from 'nest-rate-limit/store';
 import { fixedWindowCount } from '../support/inspect.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { LogCapture } from '../support/log-capture.js';
@@ -265,6 +259,43 @@ describe('the redis option, checked before the app serves', () => {
     await expect(moduleRef.compile()).rejects.toThrow(
       "RateLimitModule options: 'redis' must be a redis:// or rediss:// URL (or a Unix socket's path), not http://, got \"http://cache:6379\"",
     );
+  });
+});
+
+describe('the default config centre and ConfigModule (loaded only when the module starts)', () => {
+  @Controller('scoped-config')
+  class ScopedConfigController {
+    @Get()
+    @RateLimit(5, '1m', 'scoped')
+    get() {
+      return {};
+    }
+  }
+
+  /** The limit in force on a fresh app importing `imports` and the module, from its first response. */
+  async function limitWith(imports: Parameters<typeof Test.createTestingModule>[0]['imports']): Promise<string> {
+    const moduleRef = await Test.createTestingModule({
+      imports: [...(imports ?? []), RateLimitModule.forRoot()],
+      controllers: [ScopedConfigController],
+    }).compile();
+    const app = moduleRef.createNestApplication({ logger: false });
+    await app.init();
+    try {
+      const response = await request(app.getHttpServer()).get('/scoped-config').expect(200);
+      return response.headers['ratelimit-limit'];
+    } finally {
+      await app.close();
+    }
+  }
+
+  const load = [() => ({ limits: { scoped: { count: 2 } } })];
+
+  it('reads the ConfigService of a global ConfigModule', async () => {
+    expect(await limitWith([ConfigModule.forRoot({ isGlobal: true, ignoreEnvFile: true, load })])).toBe('2');
+  });
+
+  it('as before: not that of a ConfigModule the module cannot see (imported elsewhere, not global)', async () => {
+    expect(await limitWith([ConfigModule.forRoot({ ignoreEnvFile: true, load })])).toBe('5');
   });
 });
 

@@ -1,15 +1,13 @@
 import { Controller, Get, type INestApplication } from '@nestjs/common';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RateLimit, RateLimitConfigurationError, RateLimitModule } from 'nest-rate-limit';
 import {
   MemoryRateLimitStore,
-  RateLimit,
-  RateLimitConfigurationError,
   type RateLimitConsumption,
   type RateLimitHit,
-  RateLimitModule,
   RateLimitStore,
   type RateLimitSettlement,
-} from 'nest-rate-limit';
+} from 'nest-rate-limit/store';
 import { STORES } from '../support/matrix.js';
 import { createStore, hit } from '../support/store-module.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';

@@ -1,5 +1,5 @@
 import type { Cluster, Redis } from 'ioredis';
-import { STORED_FIELDS } from 'nest-rate-limit';
+import { STORED_FIELDS } from 'nest-rate-limit/store';
 
 /**
  * Reading and planting the state the library keeps in Redis, by the field names the package

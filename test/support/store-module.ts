@@ -2,13 +2,12 @@ import type { LoggerService } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import {
   type RateLimitAlgorithmName,
-  type RateLimitHit,
   RateLimitModule,
   type RateLimitModuleOptions,
-  RateLimitStore,
   RateLimiterService,
   RedisService,
 } from 'nest-rate-limit';
+import { type RateLimitHit, RateLimitStore } from 'nest-rate-limit/store';
 
 /**
  * The library's store as a Nest app builds it (Redis when `options.redis` is set), without HTTP,

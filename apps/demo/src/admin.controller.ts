@@ -20,11 +20,10 @@ import { ConfigService } from '@nestjs/config';
 import {
   RateLimitConfigurationError,
   RateLimitException,
-  RateLimitManagementService,
   type RateLimitOptions,
-  type RateLimitOverride,
   RateLimiterService,
 } from 'nest-rate-limit';
+import { RateLimitManagementService, type RateLimitOverride } from 'nest-rate-limit/live';
 
 /**
  * Failed authentications: 10 a minute per client address, then that address's wrong tokens get a

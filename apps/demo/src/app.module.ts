@@ -2,13 +2,12 @@ import { Module } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
 import { TerminusModule } from '@nestjs/terminus';
 import {
-  MemoryConfigCentre,
   RateLimitModule,
   type RateLimitMode,
   type RateLimitStoreErrorPolicy,
-  RedisConfigCentre,
   redisOptionsFromEnv,
 } from 'nest-rate-limit';
+import { MemoryConfigCentre, RedisConfigCentre } from 'nest-rate-limit/live';
 import { AdminController } from './admin.controller.js';
 import { AlgorithmsController } from './algorithms.controller.js';
 import { FeaturesController } from './features.controller.js';

@@ -1,6 +1,7 @@
 import { Controller, Get, Header } from '@nestjs/common';
 import { HealthCheck, HealthCheckService } from '@nestjs/terminus';
-import { RateLimitHealthIndicator, SkipRateLimit } from 'nest-rate-limit';
+import { SkipRateLimit } from 'nest-rate-limit';
+import { RateLimitHealthIndicator } from 'nest-rate-limit/ops';
 import { register } from 'prom-client';
 
 /** What a load balancer and Prometheus scrape; never rate-limited. */

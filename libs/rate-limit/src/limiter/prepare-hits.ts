@@ -1,6 +1,6 @@
 import { type ExecutionContext, HttpException, InternalServerErrorException, Logger } from '@nestjs/common';
-import type { RateLimitConfigCentre } from '../config-centre/rate-limit-config-centre.js';
-import { RuleThresholds, type Thresholds } from '../config-centre/rule-thresholds.js';
+import type { RateLimitConfigCentre } from '../live/rate-limit-config-centre.js';
+import { RuleThresholds, type Thresholds } from '../live/rule-thresholds.js';
 import { ALGORITHM_NAMES } from '../algorithms/algorithm.js';
 import type { RateLimitMode, RateLimitRule } from '../rules/rate-limit-rule.js';
 import { ANONYMOUS_IDENTITY, rateLimitKey } from '../store/key-layout.js';

@@ -1,16 +1,17 @@
 import { type DynamicModule, Logger, Module, type Provider } from '@nestjs/common';
-import { ConfigService } from '@nestjs/config';
 import { APP_GUARD, DiscoveryModule, ModuleRef } from '@nestjs/core';
-import { NestConfigCentre } from '../config-centre/nest-config-centre.js';
-import { RateLimitConfigCentre } from '../config-centre/rate-limit-config-centre.js';
-import { RateLimitManagementService } from '../management/rate-limit-management.service.js';
-import { KeyAuditSchedule } from '../audit/key-audit-schedule.js';
-import { RedisConfigCentre } from '../config-centre/redis-config-centre.js';
-import { RateLimitHealthIndicator } from '../health/rate-limit-health.indicator.js';
-import { RATE_LIMIT_METRICS } from '../metrics/decision-observer.js';
-import { RateLimitMetrics } from '../metrics/rate-limit-metrics.js';
+import { APP_CONFIG_SERVICE, appConfigService } from '../live/app-config.js';
+import { NestConfigCentre } from '../live/nest-config-centre.js';
+import { RateLimitConfigCentre } from '../live/rate-limit-config-centre.js';
+import { RateLimitManagementService } from '../live/rate-limit-management.service.js';
+import { KeyAuditSchedule } from '../ops/key-audit-schedule.js';
+import { RedisConfigCentre } from '../live/redis-config-centre.js';
+import { RateLimitHealthIndicator } from '../ops/rate-limit-health.indicator.js';
+import { RATE_LIMIT_METRICS } from '../ops/decision-observer.js';
+import { RateLimitMetrics } from '../ops/rate-limit-metrics.js';
 import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
 import type { Registry } from 'prom-client';
+import type { ConfigService } from '@nestjs/config';
 import { RateLimitGuard } from '../http/rate-limit.guard.js';
 import { RateLimitInterceptor } from '../http/rate-limit.interceptor.js';
 import { RATE_LIMIT_OPTIONS, RateLimitConfigurableModule } from './module-definition.js';
@@ -26,6 +27,7 @@ import { StoreProblemLog } from '../logging/store-problem-log.js';
 import { LostWriteCheck } from '../redis/failover/lost-write-check.js';
 import { ReplicaWait } from '../redis/failover/replica-wait.js';
 import { RedisRateLimitStore } from '../redis/redis-rate-limit.store.js';
+import { REDIS_CONNECTION, redisConnection } from '../redis/redis-connection.js';
 import { RedisService } from '../redis/redis.service.js';
 import { BlockCacheStore } from '../resilience/block-cache.store.js';
 import { BlockedKeys } from '../resilience/blocked-keys.js';
@@ -43,6 +45,23 @@ const resolvedOptionsProvider: Provider = {
   provide: RESOLVED_RATE_LIMIT_OPTIONS,
   inject: [RATE_LIMIT_OPTIONS],
   useFactory: resolveModuleOptions,
+};
+
+/**
+ * The Redis client the `redis` option asks for, made before `RedisService`: ioredis is loaded only
+ * then, so an app on the embedded store (or its own `store`) runs without it installed.
+ */
+const redisConnectionProvider: Provider = {
+  provide: REDIS_CONNECTION,
+  inject: [RATE_LIMIT_OPTIONS],
+  useFactory: ({ redis }: RateLimitModuleOptions) => redisConnection(redis),
+};
+
+/** The app's `ConfigService`, when `@nestjs/config` is installed and this module sees one. */
+const appConfigProvider: Provider = {
+  provide: APP_CONFIG_SERVICE,
+  inject: [ModuleRef],
+  useFactory: appConfigService,
 };
 
 const problemLogProvider: Provider = {
@@ -167,20 +186,22 @@ const configCentreProvider: Provider = {
   provide: RateLimitConfigCentre,
   // RedisService too, though only a created centre uses it: so Nest starts the connection before
   // the centre (lifecycle hooks run in the order of dependencies), and stops it after.
-  inject: [RATE_LIMIT_OPTIONS, ModuleRef, RedisService, { token: ConfigService, optional: true }],
+  inject: [RATE_LIMIT_OPTIONS, ModuleRef, RedisService, APP_CONFIG_SERVICE],
   useFactory: async (
     options: RateLimitModuleOptions,
     moduleRef: ModuleRef,
     _redis: RedisService,
-    config: ConfigService | undefined,
+    config: ConfigService | null,
   ): Promise<RateLimitConfigCentre> => {
     const { configCentre } = options;
     if (configCentre instanceof RateLimitConfigCentre) return configCentre;
     if (typeof configCentre === 'function') return moduleRef.create(configCentre);
     if (!config) {
-      new Logger('RateLimit').log('ConfigModule is not imported: thresholds are read from process.env only');
+      new Logger('RateLimit').log(
+        'ConfigModule is not imported (or @nestjs/config not installed): thresholds are read from process.env only',
+      );
     }
-    return new NestConfigCentre(config ?? new ConfigService());
+    return new NestConfigCentre(config);
   },
 };
 
@@ -192,6 +213,8 @@ const configCentreProvider: Provider = {
   imports: [DiscoveryModule],
   providers: [
     resolvedOptionsProvider,
+    redisConnectionProvider,
+    appConfigProvider,
     RedisService,
     problemLogProvider,
     storeProvider,
@@ -210,6 +233,8 @@ const configCentreProvider: Provider = {
   exports: [
     // The guard needs it wherever @UseGuards(RateLimitGuard) instantiates it.
     RESOLVED_RATE_LIMIT_OPTIONS,
+    // For the live centres (their optional ConfigService) where a module that imports this one creates them.
+    APP_CONFIG_SERVICE,
     RedisService,
     RateLimitStore,
     RateLimitConfigCentre,

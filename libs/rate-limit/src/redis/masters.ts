@@ -1,6 +1,7 @@
-import { Cluster, type Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
+import { isCluster } from './is-cluster.js';
 
 /** The servers that hold the keys: every master of a Cluster, or the one server. */
 export function mastersOf(client: Redis | Cluster): Redis[] {
-  return client instanceof Cluster ? client.nodes('master') : [client];
+  return isCluster(client) ? client.nodes('master') : [client];
 }

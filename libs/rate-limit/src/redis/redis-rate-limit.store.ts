@@ -1,5 +1,4 @@
 import { randomBytes } from 'node:crypto';
-import { Cluster } from 'ioredis';
 import calculateSlot from 'cluster-key-slot';
 import type { StoreProblemLog } from '../logging/store-problem-log.js';
 import {
@@ -17,6 +16,7 @@ import { INSPECT_LAYOUT, INSPECT_SCRIPTS, encodeInspect } from './scripts/inspec
 import type { LostWriteCheck, LostWriteRepairs } from './failover/lost-write-check.js';
 import type { ReplicaWait } from './failover/replica-wait.js';
 import type { RedisService } from './redis.service.js';
+import { isCluster } from './is-cluster.js';
 import { CONSUME_SCRIPTS, decodeConsume, encodeConsume } from './scripts/consume.script.js';
 import { FIXED_WINDOW_FAST_SCRIPT, decodeFast, encodeFast, isFastHit } from './scripts/fixed-window-fast.script.js';
 import { RAISE_FIXED_WINDOW_SCRIPT, encodeRaiseFixedWindow } from './scripts/raise-fixed-window.script.js';
@@ -337,6 +337,6 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
 
   /** The routing of every key the store writes, reads or refunds: one function, one answer. */
   private slotOf(key: string): number {
-    return this.redis.client instanceof Cluster ? calculateSlot(key) : 0;
+    return isCluster(this.redis.client) ? calculateSlot(key) : 0;
   }
 }

@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
-import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
-import { type KeyAuditReport, auditRateLimitKeys } from '../audit/key-audit.js';
+import { type KeyAuditReport, auditRateLimitKeys } from '../ops/key-audit.js';
 import { type CircuitBreakerState, RedisCircuitBreaker } from './redis-circuit-breaker.js';
 import type { RedisScript } from './redis-script.js';
 import type { LiftedKeysWatcher } from '../store/rate-limit-store.js';
@@ -10,38 +10,13 @@ import { mastersOf } from './masters.js';
 import { CallDeadlines, RedisTimeoutError } from './call-deadlines.js';
 import { unsupportedRedis } from './redis-version.js';
 import { WriteBatches } from './write-batches.js';
+import { isCluster } from './is-cluster.js';
+import { REDIS_CONNECTION, type RedisConnection } from './redis-connection.js';
 
 export { RedisTimeoutError };
 
 /** How long the app's start waits for Redis before serving without it. */
 const BOOTSTRAP_CONNECT_MS = 3_000;
-
-/**
- * Reconnect every 50 ms more per attempt, never waiting more than half a second (plus jitter, so
- * instances do not reconnect in step). ioredis's default doubles up to 5 s, which kept clients off
- * a freshly promoted master for seconds; a limiter must be back on Redis as soon as it can be.
- */
-const reconnectDelay = (attempt: number): number => Math.min(attempt * 50, 500) + Math.floor(Math.random() * 50);
-
-/**
- * Defaults for a client the library creates. No offline queue: a call made while the connection is
- * down fails at once instead of waiting. No re-sending of calls that were sent but not answered
- * when a connection dropped: Redis may have run them already, and a request must not count twice.
- */
-const OWN_CLIENT_DEFAULTS: RedisOptions = {
-  retryStrategy: reconnectDelay,
-  lazyConnect: true,
-  enableOfflineQueue: false,
-  autoResendUnfulfilledCommands: false,
-  // Sentinel: subscribe to +switch-master and reconnect to the new master as soon as it is named,
-  // instead of writing to the old one until it is demoted.
-  failoverDetector: true,
-  // A master demoted to replica answers READONLY: reconnect, and so ask the sentinels again.
-  reconnectOnError: (error) => error.message.startsWith('READONLY'),
-  maxRetriesPerRequest: 1,
-  connectTimeout: 2_000,
-  connectionName: 'rate-limit',
-};
 
 /** The deadline of an operator's call (`runOperation`). */
 const OPERATION_TIMEOUT_MS = 2_000;
@@ -77,8 +52,11 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   private bootstrapped = false;
   private readonly batches: WriteBatches | undefined;
 
-  /** @internal Nest creates it from the module's options. */
-  constructor(@Inject(RESOLVED_RATE_LIMIT_OPTIONS) resolved: ResolvedRateLimitOptions) {
+  /** @internal Nest creates it from the module's options, and the client made from them (`redisConnection`). */
+  constructor(
+    @Inject(RESOLVED_RATE_LIMIT_OPTIONS) resolved: ResolvedRateLimitOptions,
+    @Inject(REDIS_CONNECTION) connection: RedisConnection | null,
+  ) {
     this.timeoutMs = resolved.storeErrors.timeoutMs;
     this.deadlines = new CallDeadlines(this.timeoutMs);
     this.keyPrefix = resolved.keyPrefix;
@@ -87,31 +65,8 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     if (circuitBreaker) {
       this.breaker = new RedisCircuitBreaker(circuitBreaker, this.logger, LOG_SAMPLING.intervalMs);
     }
-    const given = resolved.redis;
-    if (given === undefined) {
-      this.ownsClient = false;
-    } else if (typeof given === 'string') {
-      this.redis = new Redis(given, OWN_CLIENT_DEFAULTS);
-      this.ownsClient = true;
-    } else if ('client' in given) {
-      this.redis = given.client;
-      this.ownsClient = false;
-    } else if ('cluster' in given) {
-      const { lazyConnect, enableOfflineQueue, retryStrategy, ...perNode } = OWN_CLIENT_DEFAULTS;
-      this.redis = new Cluster(given.cluster, {
-        lazyConnect,
-        enableOfflineQueue,
-        clusterRetryStrategy: retryStrategy,
-        ...given.options,
-        redisOptions: { ...perNode, ...given.options?.redisOptions },
-      });
-      this.ownsClient = true;
-    } else {
-      const { url, ...redisOptions } = given;
-      const merged = { ...OWN_CLIENT_DEFAULTS, ...redisOptions };
-      this.redis = url === undefined ? new Redis(merged) : new Redis(url, merged);
-      this.ownsClient = true;
-    }
+    this.redis = connection?.client;
+    this.ownsClient = connection?.owned ?? false;
     if (this.redis) {
       this.batches = new WriteBatches(this.redis, () => this.deadlines.sent());
       this.redis.on('ready', this.onReady);
@@ -136,7 +91,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   describe(): string {
     const client = this.client;
     if (!this.ownsClient) return 'application-supplied client';
-    if (client instanceof Cluster) return 'cluster';
+    if (isCluster(client)) return 'cluster';
     const { host, port, path, sentinels, name } = client.options;
     if (sentinels?.length) return `sentinels ${sentinels.map((s) => `${s.host}:${s.port}`).join(',')} for ${name}`;
     return path ? `unix:${path}` : `${host}:${port}`;
@@ -188,7 +143,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
    */
   async waitForReplicas(replicas: number, timeoutMs: number): Promise<number> {
     const client = this.client;
-    if (client instanceof Cluster) return 0;
+    if (isCluster(client)) return 0;
     return Number(await withDeadline(client.call('WAIT', replicas, timeoutMs), timeoutMs + this.timeoutMs, 'WAIT'));
   }
 
@@ -200,7 +155,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
    */
   async replicasToConfirm(): Promise<number> {
     const client = this.client;
-    if (client instanceof Cluster) return 0;
+    if (isCluster(client)) return 0;
     if (client.options.sentinels?.length) return 1;
     const info = await this.operation(client.info('replication'), 'INFO');
     return Number(/connected_slaves:(\d+)/.exec(info)?.[1] ?? 0) > 0 ? 1 : 0;
@@ -255,7 +210,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     await withDeadline(this.client.publish(channel, message), this.timeoutMs, 'PUBLISH');
   }
 
-  /** @internal Whether Redis answers a PING within the call deadline (every master of a Cluster). */
+  /** Whether Redis answers a PING within the call deadline (every master of a Cluster). */
   async reachable(): Promise<boolean> {
     if (!this.redis) return false;
     const nodes = mastersOf(this.redis);
@@ -355,10 +310,9 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     // A connection of its own (a subscribed one takes no other commands). It subscribes on every
     // (re)connect itself, so it knows when each subscription is confirmed.
     const own = { enableOfflineQueue: true, lazyConnect: false, autoResubscribe: false };
-    const subscriber =
-      client instanceof Cluster
-        ? client.duplicate(undefined, { ...own, redisOptions: { ...client.options.redisOptions, ...own } })
-        : client.duplicate({ ...own, connectionName: 'rate-limit-news' });
+    const subscriber = isCluster(client)
+      ? client.duplicate(undefined, { ...own, redisOptions: { ...client.options.redisOptions, ...own } })
+      : client.duplicate({ ...own, connectionName: 'rate-limit-news' });
     this.subscriber = subscriber;
     subscriber.on('error', () => undefined);
     subscriber.on('close', () => {
@@ -394,7 +348,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     for (const node of mastersOf(client)) {
       const problem = unsupportedRedis(await node.info('server'));
       if (problem) {
-        const where = client instanceof Cluster ? `${node.options.host}:${node.options.port}` : this.describe();
+        const where = isCluster(client) ? `${node.options.host}:${node.options.port}` : this.describe();
         this.logger.error(
           `Redis (${where}) ${problem}; until it is upgraded, requests follow the store-error policies`,
         );

@@ -1,5 +1,6 @@
-import { Injectable, Optional } from '@nestjs/common';
-import { ConfigService } from '@nestjs/config';
+import { Inject, Injectable, Optional } from '@nestjs/common';
+import type { ConfigService } from '@nestjs/config';
+import { APP_CONFIG_SERVICE } from './app-config.js';
 import { LiveConfigCentre } from './live-config-centre.js';
 import { NestConfigCentre } from './nest-config-centre.js';
 import type { RateLimitOverride } from './rate-limit-config-centre.js';
@@ -13,7 +14,7 @@ import type { RateLimitOverride } from './rate-limit-config-centre.js';
 export class MemoryConfigCentre extends LiveConfigCentre {
   private readonly values = new Map<string, RateLimitOverride>();
 
-  constructor(@Optional() config?: ConfigService) {
+  constructor(@Optional() @Inject(APP_CONFIG_SERVICE) config?: ConfigService | null) {
     super(config ? new NestConfigCentre(config) : undefined);
   }
 

@@ -15,12 +15,8 @@
  */
 import 'reflect-metadata';
 import { NestFactory } from '@nestjs/core';
-import { RedisConfigCentre } from '../config-centre/redis-config-centre.js';
-import { RateLimitModule } from '../module/rate-limit.module.js';
-import { redisOptionsFromEnv } from '../redis/redis-options-from-env.js';
-import { RedisService } from '../redis/redis.service.js';
-import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
-import { RateLimitManagementService } from './rate-limit-management.service.js';
+import { RateLimitConfigurationError, RateLimitModule, RedisService, redisOptionsFromEnv } from 'nest-rate-limit';
+import { RateLimitManagementService, RedisConfigCentre } from 'nest-rate-limit/live';
 
 const USAGE = `usage: nest-rate-limit-limits list
        nest-rate-limit-limits get <configKey>

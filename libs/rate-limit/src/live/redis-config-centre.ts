@@ -6,7 +6,8 @@ import {
   type OnApplicationShutdown,
   Optional,
 } from '@nestjs/common';
-import { ConfigService } from '@nestjs/config';
+import type { ConfigService } from '@nestjs/config';
+import { APP_CONFIG_SERVICE } from './app-config.js';
 import { LOG_SAMPLING, REJECTION_LOG_MAX_KEYS } from '../module/defaults.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
 import { SampledLogger } from '../logging/sampled-logger.js';
@@ -112,7 +113,7 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
     private readonly redis: RedisService,
     private readonly registry: RateLimitRuleRegistry,
     @Inject(RESOLVED_RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
-    @Optional() config?: ConfigService,
+    @Optional() @Inject(APP_CONFIG_SERVICE) config?: ConfigService | null,
   ) {
     super(config ? new NestConfigCentre(config) : undefined);
     if (!redis.isConfigured) {

@@ -1,9 +1,11 @@
-import { Injectable } from '@nestjs/common';
-import { ConfigService } from '@nestjs/config';
+import { Inject, Injectable, Optional } from '@nestjs/common';
+import type { ConfigService } from '@nestjs/config';
+import { APP_CONFIG_SERVICE } from './app-config.js';
 import { RateLimitConfigCentre, type RateLimitOverride } from './rate-limit-config-centre.js';
 
 /**
- * The default config centre: reads `@nestjs/config`'s `ConfigService`. For `configKey: 'orders.list'`:
+ * The default config centre: reads `@nestjs/config`'s `ConfigService`, or `process.env` without one
+ * (`ConfigModule` not imported, or `@nestjs/config` not installed). For `configKey: 'orders.list'`:
  *
  * - `limits.orders.list.count` / `limits.orders.list.window` (nested configuration, `ConfigService.set`), else
  * - `RATE_LIMIT_ORDERS_LIST_COUNT` / `RATE_LIMIT_ORDERS_LIST_WINDOW` (env or `.env`; the key upper-cased,
@@ -15,20 +17,25 @@ export class NestConfigCentre extends RateLimitConfigCentre {
   /** The last values returned per key: the same object while they stand, so they are validated once. */
   private readonly last = new Map<string, RateLimitOverride>();
 
-  constructor(private readonly config: ConfigService) {
+  constructor(@Optional() @Inject(APP_CONFIG_SERVICE) private readonly config?: ConfigService | null) {
     super();
   }
 
   get(configKey: string): RateLimitOverride | undefined {
     const [countPath, windowPath, countEnv, windowEnv] = this.pathsFor(configKey);
-    const count = this.config.get<unknown>(countPath) ?? this.config.get<unknown>(countEnv);
-    const window = this.config.get<unknown>(windowPath) ?? this.config.get<unknown>(windowEnv);
+    const count = this.read(countPath) ?? this.read(countEnv);
+    const window = this.read(windowPath) ?? this.read(windowEnv);
     if (count === undefined && window === undefined) return undefined;
     const last = this.last.get(configKey);
     if (last && last.count === count && last.window === window) return last;
     const override = { count, window };
     this.last.set(configKey, override);
     return override;
+  }
+
+  /** What a `ConfigService` made with no configuration reads: the variable of that name. */
+  private read(path: string): unknown {
+    return this.config ? this.config.get<unknown>(path) : process.env[path];
   }
 
   private pathsFor(configKey: string): readonly [string, string, string, string] {

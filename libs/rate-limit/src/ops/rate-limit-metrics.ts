@@ -1,6 +1,6 @@
 import type { OnApplicationBootstrap, OnApplicationShutdown } from '@nestjs/common';
 import type { Histogram, Registry } from 'prom-client';
-import type { LiveConfigState } from '../config-centre/redis-config-centre.js';
+import type { LiveConfigState } from '../live/redis-config-centre.js';
 import type { RateLimitOutcome } from '../limiter/rate-limit-outcome.js';
 import type { CircuitBreakerState } from '../redis/redis-circuit-breaker.js';
 import { RedisTimeoutError } from '../redis/call-deadlines.js';

@@ -1,0 +1,76 @@
+import type { Cluster, Redis, RedisOptions } from 'ioredis';
+import type { RateLimitRedisOptions } from '../module/options.js';
+import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
+
+/** @internal The token of the library's Redis client, made from the `redis` option (null without one). */
+export const REDIS_CONNECTION = Symbol('RATE_LIMIT_REDIS_CONNECTION');
+
+/** @internal The client `RedisService` uses, and whether the library made it (and so closes it). */
+export interface RedisConnection {
+  readonly client: Redis | Cluster;
+  readonly owned: boolean;
+}
+
+/**
+ * Reconnect every 50 ms more per attempt, never waiting more than half a second (plus jitter, so
+ * instances do not reconnect in step). ioredis's default doubles up to 5 s, which kept clients off
+ * a freshly promoted master for seconds; a limiter must be back on Redis as soon as it can be.
+ */
+const reconnectDelay = (attempt: number): number => Math.min(attempt * 50, 500) + Math.floor(Math.random() * 50);
+
+/**
+ * Defaults for a client the library creates. No offline queue: a call made while the connection is
+ * down fails at once instead of waiting. No re-sending of calls that were sent but not answered
+ * when a connection dropped: Redis may have run them already, and a request must not count twice.
+ */
+const OWN_CLIENT_DEFAULTS: RedisOptions = {
+  retryStrategy: reconnectDelay,
+  lazyConnect: true,
+  enableOfflineQueue: false,
+  autoResendUnfulfilledCommands: false,
+  // Sentinel: subscribe to +switch-master and reconnect to the new master as soon as it is named,
+  // instead of writing to the old one until it is demoted.
+  failoverDetector: true,
+  // A master demoted to replica answers READONLY: reconnect, and so ask the sentinels again.
+  reconnectOnError: (error) => error.message.startsWith('READONLY'),
+  maxRetriesPerRequest: 1,
+  connectTimeout: 2_000,
+  connectionName: 'rate-limit',
+};
+
+/**
+ * @internal
+ * The client for the `redis` option: the app's own (`{ client }`), or one made here, not yet
+ * connected (`RedisService` connects it when the app starts). ioredis is loaded only here, and only
+ * when the library makes a client: an app on the embedded store runs without it installed.
+ */
+export async function redisConnection(given: RateLimitRedisOptions | undefined): Promise<RedisConnection | null> {
+  if (given === undefined) return null;
+  if (typeof given === 'object' && 'client' in given) return { client: given.client, owned: false };
+  let ioredis: Pick<typeof import('ioredis'), 'Cluster' | 'Redis'>;
+  try {
+    ioredis = await import('ioredis');
+  } catch (error) {
+    // Not installed; anything else (a broken install, say) is told as it is.
+    if ((error as { code?: unknown }).code !== 'ERR_MODULE_NOT_FOUND') throw error;
+    throw new RateLimitConfigurationError(
+      "RateLimitModule options: 'redis' needs the package ioredis: npm install ioredis",
+    );
+  }
+  const { Cluster, Redis } = ioredis;
+  if (typeof given === 'string') return { client: new Redis(given, OWN_CLIENT_DEFAULTS), owned: true };
+  if ('cluster' in given) {
+    const { lazyConnect, enableOfflineQueue, retryStrategy, ...perNode } = OWN_CLIENT_DEFAULTS;
+    const client = new Cluster(given.cluster, {
+      lazyConnect,
+      enableOfflineQueue,
+      clusterRetryStrategy: retryStrategy,
+      ...given.options,
+      redisOptions: { ...perNode, ...given.options?.redisOptions },
+    });
+    return { client, owned: true };
+  }
+  const { url, ...redisOptions } = given;
+  const merged = { ...OWN_CLIENT_DEFAULTS, ...redisOptions };
+  return { client: url === undefined ? new Redis(merged) : new Redis(url, merged), owned: true };
+}
