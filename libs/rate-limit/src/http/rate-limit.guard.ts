@@ -57,14 +57,18 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     answerHalfClosedClients(this.adapterHost.httpAdapter?.getHttpServer());
   }
 
-  canActivate(context: ExecutionContext): boolean | Promise<boolean> {
-    const rules = this.registry.rulesFor(context.getClass(), context.getHandler());
-    if (rules.length === 0) return true;
-    if (this.registry.decidedAfterGuards(rules)) {
-      deferToInterceptor(invocationOf(context), this);
-      return true;
+  canActivate(context: ExecutionContext): Promise<boolean> {
+    try {
+      const rules = this.registry.rulesFor(context.getClass(), context.getHandler());
+      if (rules.length === 0) return ADMITTED;
+      if (this.registry.decidedAfterGuards(rules)) {
+        deferToInterceptor(invocationOf(context), this);
+        return ADMITTED;
+      }
+      return this.decide(rules, context);
+    } catch (error) {
+      return Promise.reject(error);
     }
-    return this.decide(rules, context);
   }
 
   /**
@@ -74,16 +78,17 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
    * @internal
    */
   decideAfterGuards(context: ExecutionContext): Promise<boolean> {
-    const rules = this.registry.rulesFor(context.getClass(), context.getHandler());
-    if (!this.registry.decidedAfterGuards(rules)) return Promise.resolve(true);
     try {
-      return Promise.resolve(this.decide(rules, context));
+      const rules = this.registry.rulesFor(context.getClass(), context.getHandler());
+      if (!this.registry.decidedAfterGuards(rules)) return ADMITTED;
+      return this.decide(rules, context);
     } catch (error) {
       return Promise.reject(error);
     }
   }
 
-  private decide(rules: readonly RateLimitRule[], context: ExecutionContext): boolean | Promise<boolean> {
+  /** Throws (synchronously) for a context it cannot decide; the callers turn that into a rejection. */
+  private decide(rules: readonly RateLimitRule[], context: ExecutionContext): Promise<boolean> {
     const transport = transportOf(context);
     // Bootstrap refuses rules on such handlers; should one get past it, it must not pass unlimited.
     if (!transport) {
@@ -94,7 +99,7 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     }
     const invocation = invocationOf(context);
     const earlier = outcomeOf(invocation);
-    if (earlier) return earlier.allowed;
+    if (earlier) return Promise.resolve(earlier.allowed);
     return this.limiter.check(rules, context).then((outcome) => {
       attachOutcome(invocation, outcome);
       if (transport === 'http') return this.answerHttp(outcome, context);
@@ -200,6 +205,9 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     return new RateLimitException(retryAfter, rejected.rule.name);
   }
 }
+
+/** What the guard answers a request it admits without deciding anything: one promise for all of them. */
+const ADMITTED = Promise.resolve(true);
 
 /** Whether an Express response (a Node response) or a Fastify reply (wrapping one as `raw`) has gone out. */
 function headersSent(response: object): boolean {
