@@ -70,7 +70,7 @@ interface GroupResult {
 export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepairs {
   readonly description: string;
   private readonly markerShare: number | false;
-  private readonly lostWrites: LostWriteCheck | undefined;
+  private lostWrites: LostWriteCheck | undefined;
   private readonly replicaWait: ReplicaWait | undefined;
 
   constructor(
@@ -83,15 +83,21 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     // first needs it (`RedisService.run` loads it before that call).
     for (const script of [PLAIN_CONSUME_SCRIPT, RAISE_FIXED_WINDOW_SCRIPT, RESET_SCRIPT]) redis.register(script);
     this.markerShare = defences.marker;
-    this.lostWrites = defences.lostWrites;
-    // A key another instance reset or refunded is no loss to repair here either. (News that may have
-    // been missed forgets nothing: a failover, when the check matters most, cuts it off.)
-    if (this.lostWrites) {
-      const { lostWrites } = this;
-      redis.watchLiftedKeys({ lifted: (keys) => lostWrites.forget(keys), listening: () => undefined });
-    }
+    if (defences.lostWrites) this.checkLostWrites(defences.lostWrites);
     this.replicaWait = defences.replicaWait;
     this.description = `Redis store (${redis.describe()}; shared across instances)`;
+  }
+
+  /**
+   * @internal Turns the lost-write check on from now (`failover.detectLostWrites: 'auto'` does once
+   * a replica can be promoted; `LostWriteCheckSwitch`). Until then no request pays for it.
+   */
+  checkLostWrites(lostWrites: LostWriteCheck): void {
+    if (this.lostWrites) return;
+    this.lostWrites = lostWrites;
+    // A key another instance reset or refunded is no loss to repair here either. (News that may have
+    // been missed forgets nothing: a failover, when the check matters most, cuts it off.)
+    this.redis.watchLiftedKeys({ lifted: (keys) => lostWrites.forget(keys), listening: () => undefined });
   }
 
   override inspect(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitStanding[]> {

@@ -137,6 +137,7 @@ for i = 1, call.rules do
     -- As long as the state matters: what the check says, and two windows at least.
     ensureTtl(p.key, math.max(s.ttl or 0, 2 * p.window) + GRACE_MS)
   end
+  if p.markFrom > 0 then ALG[p.alg].keepMarkerTtl(p.key, p) end
   s.repaired = s.repaired or repaired
   pushRule(out, s)
 end
@@ -236,11 +237,15 @@ export function askedForConsumeScripts(reply: unknown): boolean {
   return Array.isArray(reply) && reply.length === 1 && reply[0] === ASK_CONSUME_SCRIPTS;
 }
 
-/** Whether a call can go to PLAIN_CONSUME_SCRIPT. */
+/**
+ * Whether a call can go to PLAIN_CONSUME_SCRIPT. Not one with the lost-write marker (off by
+ * default): CONSUME_SCRIPTS keeps the marker's TTL on every call (`keepMarkerTtl`).
+ */
 export function isPlainConsume(call: ConsumeCall): boolean {
   return (
     call.now === undefined &&
     !call.record &&
+    call.markerShare === false &&
     call.hits.every((hit) => hit.algorithm === 'fixed-window' && hit.blockMs === 0 && !hit.conditional)
   );
 }
