@@ -39,7 +39,10 @@ describeStoresAndPlatforms('a blockFor penalty starts only on settled outcomes',
     app = await createTestApp({
       platform,
       controllers: [LoginController],
-      rateLimit: { redis: await store.redis(), keyPrefix: uniquePrefix() },
+      // 50 concurrent logins of one user settle 3 at a time: 17 password checks one after another,
+      // near the default 1 s wait on a busy machine. This suite is about what counts, not about how
+      // long a request may wait (see the suite of the default below), so its requests wait up to 5 s.
+      rateLimit: { redis: await store.redis(), keyPrefix: uniquePrefix(), countOn: { inFlightWaitMs: 5_000 } },
     });
     await app.listen(0, '127.0.0.1');
   });
@@ -95,6 +98,89 @@ describeStoresAndPlatforms('a blockFor penalty starts only on settled outcomes',
     }
     // Even the right password is refused now: the three guesses counted, and the fourth attempt locks out.
     expect(await login(name, 'right')).toBe(429);
+  });
+});
+
+/** Logins whose password check holds until the test opens the gate: admissions in flight for as long as it likes. */
+class Gate {
+  private entered = 0;
+  private readonly waiting: { count: number; resolve: () => void }[] = [];
+  open!: () => void;
+  readonly opened = new Promise<void>((resolve) => (this.open = resolve));
+
+  enter(): Promise<void> {
+    this.entered += 1;
+    for (const waiter of this.waiting) if (this.entered >= waiter.count) waiter.resolve();
+    return this.opened;
+  }
+
+  /** Resolves once `count` checks are held. */
+  held(count: number): Promise<void> {
+    return new Promise((resolve) => {
+      if (this.entered >= count) resolve();
+      else this.waiting.push({ count, resolve });
+    });
+  }
+}
+
+let gate = new Gate();
+
+@Controller('held')
+class HeldLoginController {
+  /** As `LoginController.login`, but the check ends only when the test opens the gate. */
+  @Get('login')
+  @RateLimit({
+    count: 3,
+    window: '1m',
+    countOn: 'failure',
+    blockFor: '5m',
+    by: (context) => context.switchToHttp().getRequest<{ query: { user: string } }>().query.user,
+  })
+  async login(@Query('password') password: string) {
+    await gate.enter();
+    if (password !== 'right') throw new UnauthorizedException('Wrong password');
+    return { loggedIn: true };
+  }
+}
+
+describeStores('countOn.inFlightWaitMs by default: a refused request is held 1 s at most', (store) => {
+  let app: INestApplication;
+
+  beforeAll(async () => {
+    app = await createTestApp({
+      controllers: [HeldLoginController],
+      rateLimit: { redis: await store.redis(), keyPrefix: uniquePrefix() },
+    });
+    await app.listen(0, '127.0.0.1');
+  });
+
+  afterAll(async () => {
+    gate.open();
+    await app?.close();
+  });
+
+  const attempt = (user: string, password: string) =>
+    request(app.getHttpServer()).get('/held/login').query({ user, password });
+
+  it('turned away by admissions still in flight after the wait, it gets a 429 then, counted nowhere and with no penalty', async () => {
+    gate = new Gate();
+    const user = 'held-up';
+    // Three logins in flight fill the budget, and stay there until the gate opens.
+    const held = Promise.all([1, 2, 3].map(() => attempt(user, 'right').then((response) => response.status)));
+    await gate.held(3);
+    const started = performance.now();
+    const refused = await attempt(user, 'wrong');
+    const waited = performance.now() - started;
+    expect(refused.status).toBe(429);
+    // Held for the default second (a timer may fire a millisecond early), and not much longer: not
+    // the old default's 5 s, and not until the admissions it waited for ended.
+    expect(waited).toBeGreaterThanOrEqual(990);
+    expect(waited).toBeLessThan(2_500);
+    gate.open();
+    expect(await held).toEqual([200, 200, 200]);
+    // Its guess was never checked, nor counted, and started no lockout: the whole budget is left.
+    expect((await sequential(3, () => attempt(user, 'wrong'))).statuses).toEqual([401, 401, 401]);
+    expect((await attempt(user, 'right')).status).toBe(429);
   });
 });
 

@@ -63,12 +63,12 @@ describe('Redis scripts and the embedded store decide and refund alike (property
   beforeAll(async () => {
     server = await startRedisServer();
     // The scripts against their twins: refunds here lower counts at will, which the lost-write check
-    // (a failover defence, with its own suite) would take for lost writes. The marker stays on: it
-    // must not change any decision.
+    // (a failover defence, with its own suite) would take for lost writes. The marker (off by default)
+    // is on: it must not change any decision.
     ({ store: redisStore, close } = await createStore({
       redis: server.url,
       storeErrors: { timeoutMs: 2_000 },
-      failover: { detectLostWrites: false },
+      failover: { detectLostWrites: false, marker: 0.8 },
     }));
   });
 

@@ -127,6 +127,54 @@ describe('keys found without a TTL or corrupt are mended by the next request tha
     expect(ttl).toBeLessThanOrEqual(20_000);
   });
 
+  // As in the demo: four wrong passwords at /login (countOn: 'failure', blockFor), then every key of
+  // the client PERSISTed. The next request mended the counter and the block key, and left the marker
+  // without a TTL for as long as its counter lived (and for ever if it outlived it).
+  it.each([
+    ['a lockout (countOn, blockFor): refused by the block', { conditional: true, blockMs: 60_000 }],
+    ['a full window: refused by the count', {}],
+    ['a window with room: admitted below the marker', { limit: 20 }],
+  ] as const)(
+    'on Redis’s clock, a marker without a TTL gets its counter’s end from the next request: %s',
+    async (_, shape) => {
+      const rule = keyOf(`marker-ttl-${Object.keys(shape).join('-') || 'full'}`)({
+        limit: 3,
+        windowMs: 60_000,
+        ...shape,
+      });
+      // Markers from half the limit (this store's failover.marker: 0.5): the second admission writes one.
+      for (let i = 0; i < 2; i += 1) {
+        const admission = await store.consume([rule]);
+        expect(admission.allowed).toBe(true);
+        // A failed login: its units stay counted.
+        if (rule.conditional) await store.settle([{ hit: rule, receipt: admission.receipts![0], refund: false }]);
+      }
+      if (rule.limit === 3) {
+        const third = await store.consume([rule]);
+        if (rule.conditional) await store.settle([{ hit: rule, receipt: third.receipts![0], refund: false }]);
+        // The fourth wrong password: refused, and the lockout starts.
+        expect((await store.consume([rule])).allowed).toBe(false);
+      }
+      // Below its marker's share, a restore or older code left one (a window whose limit was raised).
+      if (rule.limit === 20) await redis.set(rule.markerKey, '2');
+      expect(await redis.exists(rule.markerKey)).toBe(1);
+      for (const key of [rule.key, rule.blockKey, rule.markerKey, rule.pendingKey]) await redis.persist(key);
+      expect(await redis.pttl(rule.markerKey)).toBe(-1);
+
+      const next = await store.consume([rule]);
+      expect(next.allowed).toBe(rule.limit === 20);
+      expect(mended(rule)).toBe(true);
+      const counterEnds = await redis.pexpiretime(rule.key);
+      expect(counterEnds).toBeGreaterThan(0);
+      // The marker lives as long as its counter, not a moment longer: a marker outliving its window
+      // would start the next window from its count.
+      expect(await redis.pexpiretime(rule.markerKey)).toBe(counterEnds);
+      for (const key of [rule.key, rule.blockKey, rule.markerKey, rule.pendingKey]) {
+        expect(await redis.pttl(key), key).not.toBe(-1);
+      }
+    },
+  );
+
   it('a pending key (countOn admissions in flight) without a TTL gets one', async () => {
     const rule = keyOf('pending')({ limit: 1, windowMs: 10_000, conditional: true });
     expect(await admitted([rule], t0)).toBe(true);

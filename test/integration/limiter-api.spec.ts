@@ -112,7 +112,13 @@ describe('reset on a store shared by instances', () => {
   beforeAll(async () => {
     redis = await startRedisServer();
     for (let i = 0; i < 2; i += 1) {
-      apps.push(await createTestApp({ controllers: [], rateLimit: { redis: redis.url, keyPrefix: prefix } }));
+      apps.push(
+        await createTestApp({
+          controllers: [],
+          // Both failover defences on (a lone server has neither by default): a reset must beat them.
+          rateLimit: { redis: redis.url, keyPrefix: prefix, failover: { detectLostWrites: true, marker: 0.8 } },
+        }),
+      );
     }
   });
 

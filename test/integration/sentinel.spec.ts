@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RedisSentinelSet, startRedisSentinelSet } from '../support/redis-server.js';
-import { fixedWindowCount } from '../support/inspect.js';
+import { fixedWindowCount, plantFixedWindow } from '../support/inspect.js';
 import { LogCapture } from '../support/log-capture.js';
 import { until } from '../support/poll.js';
 import { createStore, hit } from '../support/store-module.js';
@@ -37,6 +37,28 @@ describe('through Redis Sentinel', () => {
       }
       // And every WAIT saw its replica: no shortfall was reported.
       expect(logs.at('error', /replicas/)).toEqual([]);
+    } finally {
+      await close();
+    }
+  });
+
+  it('the lost-write check is on by default behind Sentinel, and catches a count lowered behind its back', async () => {
+    const logs = new LogCapture();
+    const { store, close } = await createStore(
+      { redis: { sentinels: set.sentinelAddresses, name: set.name }, storeErrors: { timeoutMs: 1_000 } },
+      logs,
+    );
+    const key = `${uniquePrefix()}:{l}:r:fw`;
+    const limits = { limit: 20, windowMs: 600_000 };
+    const master = set.master.client();
+    try {
+      expect(logs.at('log', /^Lost-write check on: Redis Sentinel/)).toHaveLength(1);
+      for (let i = 0; i < 10; i += 1) expect((await store.consume([hit(key, limits)])).allowed).toBe(true);
+      // A failover to a replica that lacked the last 8 writes, as the master now reports it.
+      await plantFixedWindow(master, key, { count: 2 });
+      const next = await store.consume([hit(key, limits)]);
+      expect(next.decisions[0]).toMatchObject({ allowed: true, remaining: 9 });
+      expect(await fixedWindowCount(master, key)).toBe(11);
     } finally {
       await close();
     }

@@ -23,11 +23,23 @@ export const RATE_LIMIT_DEFAULTS = {
     status: 429,
   },
   failover: {
-    detectLostWrites: true,
-    marker: 0.8,
+    // On only where a failover can lose a write: Sentinel, Cluster, a server with replicas
+    // (`LostWriteCheckSwitch`). A lone server has no replica to promote, and pays nothing.
+    detectLostWrites: 'auto',
+    // Off: in a measured failover it caught nothing the lost-write check did not (a replica has a
+    // counter and its marker, or neither; figures in docs/failure-modes.md, "The marker"), and it
+    // costs a write per admission high in a window and a TTL check on every call.
+    marker: false,
     waitForReplicas: false,
   },
-  countOn: { inFlightWaitMs: 5_000 },
+  // How long a request refused only because of `countOn` admissions still in flight may be held for
+  // them to settle. The admissions it waits on are handlers of the same identity running now: a
+  // password check (a slow hash, 50 to 300 ms), an API call (p99 well under 1 s). One second sees
+  // several of them settle, and bounds what a refused client waits before its 429 (which starts no
+  // penalty) to what users and proxies take as an ordinary slow answer. 5 s (the old default) held
+  // a connection, a waiter and repeated store calls that long, often for a request refused after it
+  // all (the admissions it waited on were concurrent wrong guesses, and counted).
+  countOn: { inFlightWaitMs: 1_000 },
   headers: 'draft-6',
   mode: 'enforce',
   liveConfig: { refreshMs: 5_000 },

@@ -46,12 +46,18 @@ export interface RateLimitStoreErrorOptions {
 export interface RateLimitFailoverOptions {
   /**
    * Fixed-window rules counting every request: when Redis reports a clearly lower count for a window
-   * than this instance saw in it, decide on the higher figure and raise the counter to it. Default true.
+   * than this instance saw in it, decide on the higher figure and raise the counter to it.
+   * Default `'auto'`: on where a replica can be promoted (Sentinel, Cluster, or a server that reports
+   * connected replicas: asked at the start, on each reconnect and every 10 s until one is seen), off
+   * on a lone server, where no failover can lose a write and the check costs nothing. `true`/`false`:
+   * always on, or never.
    */
-  detectLostWrites?: boolean;
+  detectLostWrites?: boolean | 'auto';
   /**
    * Fixed-window rules: once a window's count reaches this share of the limit, also keep it in a
-   * marker key (as long as the window); a counter a failover lost resumes from it. Default 0.8; `false`: none.
+   * marker key (as long as the counter); a counter that goes while its marker stays (deleted,
+   * evicted) resumes from it. A failover loses both or neither, so there it adds nothing to
+   * `detectLostWrites` (measured: docs/failure-modes.md, "The marker"). Default `false`: none.
    */
   marker?: number | false;
   /**
@@ -98,7 +104,7 @@ export interface RateLimitModuleOptions {
   /**
    * Rules with `countOn`: a request refused only because of admissions still in flight (their units
    * may yet be refunded) waits up to `inFlightWaitMs` for them to settle and is then decided again;
-   * past it, it gets a 429 that starts no `blockFor` penalty. 0: refuse at once. Default 5,000.
+   * past it, it gets a 429 that starts no `blockFor` penalty. 0: refuse at once. Default 1,000.
    */
   countOn?: { inFlightWaitMs?: number };
 
@@ -172,7 +178,8 @@ export interface ResolvedRateLimitOptions {
     status: 429 | 503;
   };
   failover: {
-    detectLostWrites: boolean;
+    /** `'auto'`: on once a replica can be promoted (`redis/failover/lost-write-check-switch.ts`). */
+    detectLostWrites: boolean | 'auto';
     marker: number | false;
     waitForReplicas: { replicas: number; timeoutMs: number } | false;
   };

@@ -25,6 +25,7 @@ import {
 import { RateLimiterService } from '../limiter/rate-limiter.service.js';
 import { StoreProblemLog } from '../logging/store-problem-log.js';
 import { LostWriteCheck } from '../redis/failover/lost-write-check.js';
+import { LostWriteCheckSwitch } from '../redis/failover/lost-write-check-switch.js';
 import { ReplicaWait } from '../redis/failover/replica-wait.js';
 import { RedisRateLimitStore } from '../redis/redis-rate-limit.store.js';
 import { REDIS_CONNECTION, redisConnection } from '../redis/redis-connection.js';
@@ -89,11 +90,30 @@ const storeProvider: Provider = {
     if (!redis.isConfigured) return new MemoryRateLimitStore(maxKeys);
     const { detectLostWrites, marker, waitForReplicas } = options.failover;
     return new RedisRateLimitStore(redis, problems, {
-      lostWrites: detectLostWrites ? new LostWriteCheck(maxKeys, problems) : undefined,
+      // 'auto': turned on later, if ever, by `lostWriteCheckSwitchProvider`.
+      lostWrites: detectLostWrites === true ? new LostWriteCheck(maxKeys, problems) : undefined,
       marker,
       replicaWait: waitForReplicas ? new ReplicaWait(redis, waitForReplicas, problems) : undefined,
     });
   },
+};
+
+/**
+ * `failover.detectLostWrites: 'auto'` (the default) on the Redis store: the lost-write check turned
+ * on once a replica can be promoted (Sentinel, Cluster, a server reporting replicas). Null otherwise.
+ */
+const lostWriteCheckSwitchProvider: Provider = {
+  provide: LostWriteCheckSwitch,
+  inject: [RateLimitStore, RESOLVED_RATE_LIMIT_OPTIONS, RedisService, StoreProblemLog],
+  useFactory: (
+    store: RateLimitStore,
+    { failover, memoryStore }: ResolvedRateLimitOptions,
+    redis: RedisService,
+    problems: StoreProblemLog,
+  ): LostWriteCheckSwitch | null =>
+    failover.detectLostWrites === 'auto' && store instanceof RedisRateLimitStore
+      ? new LostWriteCheckSwitch(redis, () => store.checkLostWrites(new LostWriteCheck(memoryStore.maxKeys, problems)))
+      : null,
 };
 
 /**
@@ -218,6 +238,7 @@ const configCentreProvider: Provider = {
     RedisService,
     problemLogProvider,
     storeProvider,
+    lostWriteCheckSwitchProvider,
     decidingStoreProvider,
     leasingStoreProvider,
     configCentreProvider,

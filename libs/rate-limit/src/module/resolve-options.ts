@@ -161,8 +161,8 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
     };
   }
   const detectLostWrites = failover.detectLostWrites ?? D.failover.detectLostWrites;
-  if (typeof detectLostWrites !== 'boolean')
-    fail('failover.detectLostWrites', 'must be true or false', detectLostWrites);
+  if (typeof detectLostWrites !== 'boolean' && detectLostWrites !== 'auto')
+    fail('failover.detectLostWrites', "must be true, false or 'auto'", detectLostWrites);
 
   const countOn = group('countOn', options.countOn);
   const inFlightWaitMs = countOn.inFlightWaitMs ?? D.countOn.inFlightWaitMs;

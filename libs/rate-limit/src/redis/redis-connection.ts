@@ -16,7 +16,7 @@ export interface RedisConnection {
  * instances do not reconnect in step). ioredis's default doubles up to 5 s, which kept clients off
  * a freshly promoted master for seconds; a limiter must be back on Redis as soon as it can be.
  */
-const reconnectDelay = (attempt: number): number => Math.min(attempt * 50, 500) + Math.floor(Math.random() * 50);
+export const reconnectDelay = (attempt: number): number => Math.min(attempt * 50, 500) + Math.floor(Math.random() * 50);
 
 /**
  * Defaults for a client the library creates. No offline queue: a call made while the connection is

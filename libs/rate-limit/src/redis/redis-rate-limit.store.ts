@@ -63,9 +63,9 @@ interface GroupResult {
 export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepairs {
   readonly description: string;
   private readonly markerShare: number | false;
-  private readonly lostWrites: LostWriteCheck | undefined;
+  private lostWrites: LostWriteCheck | undefined;
   private readonly replicaWait: ReplicaWait | undefined;
-  /** Whether calls may take FIXED_WINDOW_FAST_SCRIPT: no defence here needs more than it tells. */
+  /** Whether calls may take FIXED_WINDOW_FAST_SCRIPT: not with the marker, which the full script writes. */
   private readonly fast: boolean;
 
   constructor(
@@ -78,18 +78,22 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     // first needs it (`RedisService.run` loads it before that call).
     for (const script of [FIXED_WINDOW_FAST_SCRIPT, RAISE_FIXED_WINDOW_SCRIPT, RESET_SCRIPT]) redis.register(script);
     this.markerShare = defences.marker;
-    this.lostWrites = defences.lostWrites;
+    if (defences.lostWrites) this.checkLostWrites(defences.lostWrites);
+    this.replicaWait = defences.replicaWait;
+    this.fast = this.markerShare === false;
+    this.description = `Redis store (${redis.describe()}; shared across instances)`;
+  }
+
+  /**
+   * @internal Turns the lost-write check on from now (`failover.detectLostWrites: 'auto'` does once
+   * a replica can be promoted; `LostWriteCheckSwitch`). Until then no request pays for it.
+   */
+  checkLostWrites(lostWrites: LostWriteCheck): void {
+    if (this.lostWrites) return;
+    this.lostWrites = lostWrites;
     // A key another instance reset or refunded is no loss to repair here either. (News that may have
     // been missed forgets nothing: a failover, when the check matters most, cuts it off.)
-    if (this.lostWrites) {
-      const { lostWrites } = this;
-      redis.watchLiftedKeys({ lifted: (keys) => lostWrites.forget(keys), listening: () => undefined });
-    }
-    this.replicaWait = defences.replicaWait;
-    // The lost-write check names windows by their start on Redis's clock, and the marker is written
-    // by the full script: with either, every call takes the full script.
-    this.fast = !this.lostWrites && this.markerShare === false && !this.replicaWait;
-    this.description = `Redis store (${redis.describe()}; shared across instances)`;
+    this.redis.watchLiftedKeys({ lifted: (keys) => lostWrites.forget(keys), listening: () => undefined });
   }
 
   override inspect(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitStanding[]> {
@@ -124,15 +128,19 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
       if (!reply) return this.consumeFull(hits, undefined);
       const { now, decisions, repaired, allowed } = reply;
       for (let i = 0; i < hits.length; i += 1) if (repaired[i]) this.reportRepaired(hits[i]);
-      if (!allowed) return { allowed, decisions, receipts: undefined };
-      // The window is named by its start, as the full script's receipts name it; one admission per
-      // call, so no nonce is needed (a fixed window's refund takes units, not a member).
-      const receipts = hits.map((hit, i): RateLimitReceipt => ({
-        admittedAt: now,
-        nonce: '',
-        windowStart: now + decisions[i].resetMs - hit.windowMs,
-      }));
-      return { allowed, decisions, receipts };
+      // Each window is named by its start, as the full script names it.
+      const windowStart = (i: number) => now + decisions[i].resetMs - hits[i].windowMs;
+      // One admission per call, so no nonce is needed (a fixed window's refund takes units, not a member).
+      const receipts = allowed
+        ? hits.map((_, i): RateLimitReceipt => ({ admittedAt: now, nonce: '', windowStart: windowStart(i) }))
+        : undefined;
+      const consumption = { allowed, decisions, receipts };
+      if (!this.lostWrites && !this.replicaWait) return consumption;
+      return this.defended(
+        hits,
+        consumption,
+        hits.map((_, i) => windowStart(i)),
+      );
     });
   }
 

@@ -11,7 +11,7 @@ import { CallDeadlines, RedisTimeoutError } from './call-deadlines.js';
 import { unsupportedRedis } from './redis-version.js';
 import { WriteBatches } from './write-batches.js';
 import { isCluster } from './is-cluster.js';
-import { REDIS_CONNECTION, type RedisConnection } from './redis-connection.js';
+import { REDIS_CONNECTION, type RedisConnection, reconnectDelay } from './redis-connection.js';
 
 export { RedisTimeoutError };
 
@@ -51,6 +51,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   private subscriber: Redis | Cluster | undefined;
   private bootstrapped = false;
   private readonly batches: WriteBatches | undefined;
+  private shuttingDown = false;
 
   /** @internal Nest creates it from the module's options, and the client made from them (`redisConnection`). */
   constructor(
@@ -73,6 +74,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
       // An 'error' event without a listener is printed for every reconnect attempt; the limiter
       // reports failures itself, by sampling, when a request meets them.
       if (this.ownsClient) this.redis.on('error', () => undefined);
+      if (this.ownsClient) this.redis.on('end', this.onEnd);
     }
   }
 
@@ -276,6 +278,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   }
 
   async onApplicationShutdown(): Promise<void> {
+    this.shuttingDown = true;
     this.breaker?.close();
     this.subscriber?.disconnect();
     const client = this.redis;
@@ -295,6 +298,21 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   }
 
   private readonly readyListeners: (() => void)[] = [];
+
+  /**
+   * A client of ours ends only when the app shuts down: ioredis ends a Sentinel client for good when
+   * `+switch-master` arrives while it is reconnecting to the master that failed (its failover
+   * detector closes the connector in the middle of asking the sentinels). Every request would then
+   * go to the store-error policy until a restart (`test/integration/failover-loss.spec.ts` met it on
+   * a busy machine). Connect again, as a reconnect would.
+   */
+  private readonly onEnd = () => {
+    const client = this.redis;
+    if (!client || this.shuttingDown) return;
+    setTimeout(() => {
+      if (!this.shuttingDown && client.status === 'end') client.connect().catch(() => undefined);
+    }, reconnectDelay(1)).unref();
+  };
 
   private readonly onReady = () => {
     void this.loadScripts();

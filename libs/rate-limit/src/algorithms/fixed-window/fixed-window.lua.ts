@@ -16,8 +16,9 @@ import { FIXED_WINDOW_FIELDS } from './fields.js';
  *
  * From `markFrom` units on, the count also goes to the marker key, for as long as the window: a
  * counter lost in a failover resumes from it (the TypeScript twin never loses its state, so it has
- * no marker). `FIXED_WINDOW_FAST_SCRIPT` (`redis/scripts/`) is the first form again, inline and
- * without the marker, for the calls most requests make.
+ * no marker). `keepMarkerTtl` holds the marker to the rule every key keeps: never without a TTL.
+ * `FIXED_WINDOW_FAST_SCRIPT` (`redis/scripts/`) is the first form again, inline and without the
+ * marker, for the calls most requests make.
  */
 /**
  * Lua: `ttlWindowStart(key, window)`, the start on Redis's clock of the window a counter on Redis's
@@ -151,6 +152,20 @@ local HASH_FIXED_WINDOW = {
   end,
 }
 ALG['fixed-window'] = {
+  -- A marker found without a TTL (a PERSIST, a restore without TTLs) gets one, whatever the call
+  -- decided: on Redis's clock its counter's end (a window without one), else two windows, as the
+  -- commits give. Run for every call with a marker, after the commit: a marker is rewritten only by
+  -- admissions high in a window, and read only when its counter is missing.
+  keepMarkerTtl = function(key, p)
+    if redis.call('PTTL', p.markerKey) ~= -1 then return end
+    local ends = TTL_WINDOWS and redis.call('PEXPIRETIME', key) or -1
+    if ends > 0 then
+      redis.call('PEXPIREAT', p.markerKey, ends)
+    else
+      redis.call('PEXPIRE', p.markerKey, TTL_WINDOWS and p.window or 2 * p.window)
+    end
+    repaired = true
+  end,
   check = function(key, now, p)
     if TTL_WINDOWS then return TTL_FIXED_WINDOW.check(key, now, p) end
     return HASH_FIXED_WINDOW.check(key, now, p)

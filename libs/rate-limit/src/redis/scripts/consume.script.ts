@@ -137,6 +137,7 @@ for i = 1, call.rules do
     -- As long as the state matters: what the check says, and two windows at least.
     ensureTtl(p.key, math.max(s.ttl or 0, 2 * p.window) + GRACE_MS)
   end
+  if p.markFrom > 0 then ALG[p.alg].keepMarkerTtl(p.key, p) end
   s.repaired = s.repaired or repaired
   pushRule(out, s)
 end
