@@ -77,7 +77,7 @@ export {
   type LiftedKeysWatcher,
 } from './store/rate-limit-store.js';
 export { MemoryRateLimitStore } from './store/memory-rate-limit.store.js';
-export { rateLimitKey, rateLimitKeys, keysBeside, type RateLimitKeysBeside } from './store/key-layout.js';
+export { rateLimitKey, rateLimitKeys, keysBeside, ruleKeyId, type RateLimitKeysBeside } from './store/key-layout.js';
 export { STORED_FIELDS, STORED_TYPES } from './algorithms/stored-fields.js';
 
 // Redis.

@@ -13,6 +13,7 @@ import { RedisService } from '../redis/redis.service.js';
 import { redisOptionsFromEnv } from '../redis/redis-options-from-env.js';
 import { resolveModuleOptions } from '../module/resolve-options.js';
 import { parseDuration } from '../rules/duration.js';
+import { keyIdOf } from '../store/key-layout.js';
 
 const { values } = parseArgs({
   options: { repair: { type: 'boolean', default: false }, ttl: { type: 'string', default: '1d' } },
@@ -34,7 +35,10 @@ const service = new RedisService(resolved);
 try {
   await service.onApplicationBootstrap();
   const report = await service.auditKeys({ repairTtlMs: values.repair ? repairTtlMs : undefined });
-  for (const key of report.withoutTtl) console.log(`no TTL: ${key}`);
+  for (const key of report.withoutTtl) {
+    const rule = report.rules[keyIdOf(key)];
+    console.log(`no TTL: ${key}${rule === undefined ? '' : ` (rule ${rule})`}`);
+  }
   console.log(
     `${report.scanned} keys under '${resolved.keyPrefix}:', ${report.withoutTtl.length} without a TTL` +
       (values.repair ? `, ${report.repaired} given a TTL of ${values.ttl}` : ''),
