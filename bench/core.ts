@@ -27,8 +27,10 @@ import { Redis } from 'ioredis';
 import { Registry } from 'prom-client';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from 'nest-rate-limit';
+import { ruleKeyId } from 'nest-rate-limit/store';
 import { startRedisServer } from '../test/support/redis-server.js';
 import { redisCpuUs } from './support/redis-cpu.js';
+import { REDIS_MEMORY_ARGS, redisBytesPerKey } from './support/redis-memory.js';
 import { createStore, hit } from '../test/support/store-module.js';
 import { createGuardPath } from './support/guard-path.js';
 
@@ -100,7 +102,7 @@ const settled = (promise: Promise<unknown>) =>
   });
 
 async function main(): Promise<void> {
-  const server = await startRedisServer();
+  const server = await startRedisServer(REDIS_MEMORY_ARGS);
   const client = new Redis(server.url);
   const floorSha = String(await client.script('LOAD', FLOOR_LUA));
   const rlf = (points: number, block: boolean, prefix: string) =>
@@ -245,16 +247,11 @@ async function main(): Promise<void> {
     }
     console.log(ceilings.join('\n'), '\n');
 
-    // Redis memory per fixed-window key, from used_memory over 10,000 fresh keys.
-    const perKey = async (write: (key: number) => Promise<unknown>): Promise<number> => {
-      await client.flushall();
-      const before = Number(/used_memory:(\d+)/.exec(await client.info('memory'))![1]);
-      for (let i = 0; i < KEYS_FOR_MEMORY; i += 100) {
-        await Promise.all(Array.from({ length: 100 }, (_, j) => write(i + j)));
-      }
-      const after = Number(/used_memory:(\d+)/.exec(await client.info('memory'))![1]);
-      return (after - before) / KEYS_FOR_MEMORY;
-    };
+    // Redis memory per fixed-window key, from used_memory over 10,000 fresh keys, settled, median of 3.
+    const perKey = (write: (key: number) => Promise<unknown>) =>
+      redisBytesPerKey(client, write, { keys: KEYS_FOR_MEMORY });
+    // A rule named by default (`Controller.method`) is in its keys by a digest of its name.
+    const defaultNamed = { ...rule, name: 'PingController.ping' };
     const memory = [
       '### Redis memory per fixed-window key (used_memory over 10,000 keys)',
       '',
@@ -263,6 +260,7 @@ async function main(): Promise<void> {
       `| one-EVALSHA floor (\`floor:{n}\`) | ${(await perKey(admitting['one-EVALSHA floor'])).toFixed(0)} |`,
       `| rate-limiter-flexible (\`rlf:n\`) | ${(await perKey(admitting['rate-limiter-flexible'])).toFixed(0)} |`,
       `| ours (\`rl:{n}:bench:fw\`) | ${(await perKey((key) => limiter.consume(rule, String(key)))).toFixed(0)} |`,
+      `| ours, rule ${defaultNamed.name} (\`rl:{n}:${ruleKeyId(defaultNamed.name)}:fw\`) | ${(await perKey((key) => limiter.consume(defaultNamed, String(key)))).toFixed(0)} |`,
     ];
     console.log(memory.join('\n'), '\n');
 

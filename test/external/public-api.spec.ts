@@ -105,9 +105,11 @@ const ENTRIES: Record<string, { declarations: string; names: string[] }> = {
       'RedisScript',
       'STORED_FIELDS',
       'STORED_TYPES',
+      'keyIdOf',
       'keysBeside',
       'rateLimitKey',
       'rateLimitKeys',
+      'ruleKeyId',
     ],
   },
 };

@@ -1,6 +1,7 @@
 import { Controller, Get, type INestApplication } from '@nestjs/common';
 import { describe, expect, it } from 'vitest';
 import { RateLimit, RateLimitConfigurationError, RateLimitModule, SkipRateLimit } from 'nest-rate-limit';
+import { ruleKeyId } from 'nest-rate-limit/store';
 import { createTestApp } from '../support/test-app.js';
 
 /** A controller whose one handler carries `@RateLimit(options)`, built per case. */
@@ -108,6 +109,30 @@ describe('bad rule options fail at bootstrap, naming Controller.method and the f
     );
     expect(error.message).toContain(
       `@SkipRateLimit on DuplicateController.skip: 'ruleNames' ["typo"] match no rule here`,
+    );
+  });
+
+  it('rejects two rules whose names have one key id, naming both, as they would share counters', async () => {
+    // Two names whose digests share their first 48 bits, found by searching 60 million names.
+    const [first, second] = ['collide-11hof', 'collide-l2eq3'];
+    expect(ruleKeyId(first)).toBe(ruleKeyId(second));
+    @Controller('collide')
+    class CollidingController {
+      @Get('a')
+      @RateLimit({ name: first, count: 1, window: '1s' })
+      a() {}
+      @Get('b')
+      @RateLimit({ name: second, count: 1, window: '1s' })
+      b() {}
+      @Get('c')
+      @RateLimit({ name: 'CollidingController.c.distinct', count: 1, window: '1s' })
+      c() {}
+    }
+    const error = await bootstrapError(CollidingController);
+    expect(error).toBeInstanceOf(RateLimitConfigurationError);
+    expect(error.message).toBe(
+      `@RateLimit on CollidingController.a and on CollidingController.b: the rules named "${first}" and "${second}" ` +
+        `have the same key id ${ruleKeyId(first)}, so they would share counters; rename one (give it a 'name')`,
     );
   });
 

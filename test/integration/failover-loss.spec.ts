@@ -1,7 +1,8 @@
 import { Controller, Get, type INestApplication } from '@nestjs/common';
 import request from 'supertest';
 import { afterAll, describe, expect, it } from 'vitest';
-import { RateLimit, type RateLimitModuleOptions, rateLimitKeys } from 'nest-rate-limit';
+import { RateLimit, type RateLimitModuleOptions } from 'nest-rate-limit';
+import { rateLimitKeys } from 'nest-rate-limit/store';
 import { fixedWindowCount } from '../support/inspect.js';
 import { until } from '../support/poll.js';
 import { type RedisSentinelSet, startRedisSentinelSet } from '../support/redis-server.js';

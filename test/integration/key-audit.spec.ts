@@ -2,6 +2,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { Cluster, type Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { rateLimitKeys, ruleKeyId } from 'nest-rate-limit/store';
 import { plantFixedWindow } from '../support/inspect.js';
 import { type RedisCluster, type RedisServer, startRedisCluster, startRedisServer } from '../support/redis-server.js';
 import { createStore, hit } from '../support/store-module.js';
@@ -57,6 +58,31 @@ describe('auditing keys without a TTL', () => {
       expect(await redis.pttl('other:{d}:x')).toBe(-1);
       expect((await service.auditKeys()).withoutTtl).toEqual([]);
       expect(await redis.pttl(`${prefix}:config`)).toBe(-1);
+    } finally {
+      await close();
+    }
+  });
+
+  it('names the rule of each key listed where the rule catalogue knows it', async () => {
+    const prefix = uniquePrefix();
+    const { redis: service, close } = await createStore({ redis: server.url, keyPrefix: prefix });
+    try {
+      const known = rateLimitKeys(prefix, 'PingController.ping', '203.0.113.7', 'fixed-window');
+      const unknown = rateLimitKeys(prefix, 'GoneController.gone', '203.0.113.7', 'fixed-window');
+      await redis.set(known.key, '3');
+      await redis.set(known.blockKey, '1');
+      await redis.set(unknown.key, '3');
+      // As RateLimitManagementService publishes it with RedisConfigCentre: rule name to its options.
+      await redis.hset(`${prefix}:config:rules`, 'PingController.ping', '{}', 'other', '{}');
+      await redis.pexpire(`${prefix}:config:rules`, 60_000);
+
+      const report = await service.auditKeys();
+      expect(report.withoutTtl.sort()).toEqual([known.key, known.blockKey, unknown.key].sort());
+      expect(report.rules).toEqual({ [ruleKeyId('PingController.ping')]: 'PingController.ping' });
+
+      const cli = await auditCli({ REDIS_URL: server.url, RATE_LIMIT_PREFIX: prefix });
+      expect(cli.stdout).toContain(`no TTL: ${known.key} (rule PingController.ping)`);
+      expect(cli.stdout).toContain(`no TTL: ${unknown.key}\n`);
     } finally {
       await close();
     }

@@ -3,7 +3,7 @@ import type { RateLimitConfigCentre } from '../live/rate-limit-config-centre.js'
 import { RuleThresholds, type Thresholds } from '../live/rule-thresholds.js';
 import { ALGORITHM_NAMES } from '../algorithms/algorithm.js';
 import type { RateLimitMode, RateLimitRule } from '../rules/rate-limit-rule.js';
-import { ANONYMOUS_IDENTITY, rateLimitKey } from '../store/key-layout.js';
+import { ANONYMOUS_IDENTITY, ruleStateKey } from '../store/key-layout.js';
 import type { RateLimitHit } from '../store/rate-limit-store.js';
 import { clientAddressIdentity } from './client-address.js';
 import { clientOf } from '../transports/limited-context.js';
@@ -75,7 +75,7 @@ export class HitPreparation {
    */
   keysOf(rule: RateLimitRule, identity: string): string[] {
     const counted = this.identityOf(rule, identity);
-    return ALGORITHM_NAMES.map((algorithm) => rateLimitKey(this.keyPrefix, rule.name, counted, algorithm));
+    return ALGORITHM_NAMES.map((algorithm) => ruleStateKey(this.keyPrefix, rule.keyId, counted, algorithm));
   }
 
   /**
@@ -95,7 +95,7 @@ export class HitPreparation {
       hit: {
         // The algorithm is part of the key: one a config centre switches to starts afresh, and
         // never reads another's state.
-        key: rateLimitKey(this.keyPrefix, rule.name, identity, thresholds.algorithm),
+        key: ruleStateKey(this.keyPrefix, rule.keyId, identity, thresholds.algorithm),
         conditional: rule.countOn !== 'all',
         algorithm: thresholds.algorithm,
         limit: thresholds.count,

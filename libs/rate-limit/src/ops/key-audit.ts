@@ -1,6 +1,6 @@
 import type { Cluster, Redis } from 'ioredis';
 import { mastersOf } from '../redis/masters.js';
-import { liveConfigKeys } from '../store/key-layout.js';
+import { keyIdOf, liveConfigKeys, ruleKeyId } from '../store/key-layout.js';
 
 export interface KeyAuditOptions {
   /** The library's key prefix; only keys under `prefix:` are read. */
@@ -22,6 +22,11 @@ export interface KeyAuditReport {
   withoutTtlCount: number;
   /** How many of them were given `repairTtlMs`. */
   repaired: number;
+  /**
+   * The rules of the keys listed, key id to rule name (a key names its rule by `ruleKeyId`, for most
+   * rules a digest), as far as the rule catalogue knows them: it is kept with `RedisConfigCentre`.
+   */
+  rules: Record<string, string>;
 }
 
 /**
@@ -31,7 +36,7 @@ export interface KeyAuditReport {
  */
 export async function auditRateLimitKeys(client: Redis | Cluster, options: KeyAuditOptions): Promise<KeyAuditReport> {
   const nodes = mastersOf(client);
-  const report: KeyAuditReport = { scanned: 0, withoutTtl: [], withoutTtlCount: 0, repaired: 0 };
+  const report: KeyAuditReport = { scanned: 0, withoutTtl: [], withoutTtlCount: 0, repaired: 0, rules: {} };
   const maxListed = options.maxListed ?? Infinity;
   // The live limits (`RedisConfigCentre`) are kept until deleted, by design.
   const permanent = liveConfigKeys(options.keyPrefix).hash;
@@ -60,5 +65,13 @@ export async function auditRateLimitKeys(client: Redis | Cluster, options: KeyAu
       }
     } while (cursor !== '0');
   }
+  if (report.withoutTtl.length > 0) report.rules = await ruleNames(client, options.keyPrefix, report.withoutTtl);
   return report;
+}
+
+/** The catalogued rules of these keys, by key id; none when there is no catalogue or it cannot be read. */
+async function ruleNames(client: Redis | Cluster, keyPrefix: string, keys: string[]): Promise<Record<string, string>> {
+  const ids = new Set(keys.map(keyIdOf));
+  const names = await client.hkeys(liveConfigKeys(keyPrefix).rules).catch(() => []);
+  return Object.fromEntries(names.map((name) => [ruleKeyId(name), name]).filter(([id]) => ids.has(id)));
 }

@@ -109,6 +109,7 @@ export class RateLimitRuleRegistry implements OnModuleInit {
         this.checkHandlers(type, GATEWAY, problems, classesByName);
       } else this.checkProvider(type, problems);
     }
+    this.checkKeyIds(problems);
     if (problems.size > 0) {
       throw new RateLimitConfigurationError([...problems]);
     }
@@ -174,6 +175,24 @@ export class RateLimitRuleRegistry implements OnModuleInit {
           ? `put @SkipRateLimit() on ${route}`
           : `remove @RateLimit from ${type.name}, which has no handler the guard limits`;
         problems.add(`@RateLimit on ${type.name} applies to ${route}, ${why}; ${fix}`);
+      }
+    }
+  }
+
+  /**
+   * Keys name a rule by its `keyId`, a digest for most names: two names of one digest would count
+   * on one counter. By chance about once in a billion apps of a thousand rules, but never silent.
+   */
+  private checkKeyIds(problems: Set<string>): void {
+    const byKeyId = new Map<string, RateLimitRule>();
+    for (const [name, [rule]] of this.rulesByName) {
+      const other = byKeyId.get(rule.keyId);
+      if (!other) byKeyId.set(rule.keyId, rule);
+      else {
+        problems.add(
+          `@RateLimit on ${other.declaredOn} and on ${rule.declaredOn}: the rules named ${JSON.stringify(other.name)} and ${JSON.stringify(name)} ` +
+            `have the same key id ${rule.keyId}, so they would share counters; rename one (give it a 'name')`,
+        );
       }
     }
   }

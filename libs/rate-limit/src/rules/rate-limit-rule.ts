@@ -2,6 +2,7 @@ import type { ExecutionContext } from '@nestjs/common';
 import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from '../algorithms/algorithm.js';
 import { type Duration, MAX_DURATION_MS, parseCount, parseDuration } from './duration.js';
 import { type RateLimitStoreErrorPolicy, STORE_ERROR_POLICIES } from '../resilience/store-error-policy.js';
+import { ruleKeyId } from '../store/key-layout.js';
 
 /** What a `by` function may give: an identity, or none (`undefined`, `null`, `''`). */
 export type RateLimitIdentity = string | number | null | undefined;
@@ -83,6 +84,8 @@ const COUNT_ON: readonly RateLimitCountOn[] = ['all', 'success', 'failure'];
 /** A rule after validation at bootstrap, as the guard uses it on every request. */
 export interface RateLimitRule {
   readonly name: string;
+  /** The rule in its keys (`ruleKeyId` of the name): computed once here, not per request. */
+  readonly keyId: string;
   /** Where it was declared, for messages: `Controller` or `Controller.method`. */
   readonly declaredOn: string;
   readonly count: number;
@@ -208,6 +211,7 @@ export function validateRule(
   }
   return {
     name: name!,
+    keyId: ruleKeyId(name!),
     declaredOn,
     count: count!,
     windowMs: windowMs!,

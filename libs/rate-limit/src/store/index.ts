@@ -14,6 +14,6 @@ export {
   type LiftedKeysWatcher,
 } from './rate-limit-store.js';
 export { MemoryRateLimitStore } from './memory-rate-limit.store.js';
-export { rateLimitKey, rateLimitKeys, keysBeside, type RateLimitKeysBeside } from './key-layout.js';
+export { rateLimitKey, rateLimitKeys, keysBeside, keyIdOf, ruleKeyId, type RateLimitKeysBeside } from './key-layout.js';
 export { STORED_FIELDS, STORED_TYPES } from '../algorithms/stored-fields.js';
 export { RedisScript } from '../redis/redis-script.js';
