@@ -52,6 +52,16 @@ function layerRule({ name, comment, from, to, exceptions = [] }) {
 module.exports = {
   forbidden: [
     {
+      name: 'optional-peers-loaded-where-used',
+      severity: 'error',
+      comment:
+        'ioredis and @nestjs/config are optional peers: an app on the embedded store runs without them. ' +
+        'Only the files that load them when configured (redis-connection.ts, app-config.ts) may import ' +
+        'them at run time; everywhere else, types only.',
+      from: { path: SRC, pathNot: ['redis/redis-connection\\.ts$', 'live/app-config\\.ts$', '\\.spec\\.ts$'] },
+      to: { path: 'node_modules/(ioredis|@nestjs/config)/', dependencyTypesNot: ['type-only'] },
+    },
+    {
       name: 'no-circular',
       severity: 'error',
       comment: 'A cycle means two files are one concept, or one of them sits at the wrong depth.',
