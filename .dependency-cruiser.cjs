@@ -52,6 +52,16 @@ function layerRule({ name, comment, from, to, exceptions = [] }) {
 module.exports = {
   forbidden: [
     {
+      name: 'optional-peers-loaded-where-used',
+      severity: 'error',
+      comment:
+        'ioredis and @nestjs/config are optional peers: an app on the embedded store runs without them. ' +
+        'Only the files that load them when configured (redis-connection.ts, app-config.ts) may import ' +
+        'them at run time; everywhere else, types only.',
+      from: { path: SRC, pathNot: ['redis/redis-connection\\.ts$', 'live/app-config\\.ts$', '\\.spec\\.ts$'] },
+      to: { path: 'node_modules/(ioredis|@nestjs/config)/', dependencyTypesNot: ['type-only'] },
+    },
+    {
       name: 'no-circular',
       severity: 'error',
       comment: 'A cycle means two files are one concept, or one of them sits at the wrong depth.',
@@ -101,19 +111,7 @@ module.exports = {
         'them, or every app would load them.',
       from: `${REQUEST_PATH}|${SRC}(rules|decorators|logging)/`,
       to: LIVE_AND_OPS,
-      exceptions: [
-        // The config-centre contract the limiter reads thresholds through (RateLimitConfigCentre,
-        // RuleThresholds) is core: it should sit below the limiter (rules/ or limiter/), with the live
-        // centres alone in live/. Hot path: its owner.
-        ['limiter/prepare-hits.ts', '(config-centre|live)/[a-z/-]*rate-limit-config-centre\\.ts'],
-        ['limiter/prepare-hits.ts', '(config-centre|live)/[a-z/-]*rule-thresholds\\.ts'],
-        ['limiter/rate-limiter.service.ts', '(config-centre|live)/[a-z/-]*rate-limit-config-centre\\.ts'],
-        // The observer the limiter reports decisions to (DecisionObserver, RATE_LIMIT_METRICS) is
-        // the limiter's interface, as ResilientStore's observer is resilience/'s: it belongs in limiter/.
-        ['limiter/rate-limiter.service.ts', '(metrics|ops)/[a-z/-]*decision-observer\\.ts'],
-        // RedisService.auditKeys (public) runs the key audit; it moves out with the RedisService split.
-        ['redis/redis.service.ts', '(audit|ops)/[a-z/-]*key-audit\\.ts'],
-      ],
+      exceptions: [],
     }),
     {
       name: 'only-entries-import-module',

@@ -1,5 +1,6 @@
 import { Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
-import { Cluster, type Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
+import { isCluster } from '../is-cluster.js';
 import type { RedisService } from '../redis.service.js';
 
 /**
@@ -17,7 +18,7 @@ const LOOKUP_TIMEOUT_MS = 2_000;
  * and Cluster exist to promote one. Undefined for a standalone server, which must be asked.
  */
 export function promotableByDesign(client: Redis | Cluster): string | undefined {
-  if (client instanceof Cluster) return 'Redis Cluster';
+  if (isCluster(client)) return 'Redis Cluster';
   if (client.options.sentinels?.length) return 'Redis Sentinel';
   return undefined;
 }
@@ -87,7 +88,7 @@ export class LostWriteCheckSwitch implements OnApplicationBootstrap, OnApplicati
 
   private async lookOnce(): Promise<void> {
     const client = this.redis.client;
-    if (this.on || this.closed || client instanceof Cluster || client.status !== 'ready') return;
+    if (this.on || this.closed || isCluster(client) || client.status !== 'ready') return;
     let replicas: number;
     try {
       replicas = await connectedReplicas(this.redis, client);
