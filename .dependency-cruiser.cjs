@@ -111,19 +111,7 @@ module.exports = {
         'them, or every app would load them.',
       from: `${REQUEST_PATH}|${SRC}(rules|decorators|logging)/`,
       to: LIVE_AND_OPS,
-      exceptions: [
-        // The config-centre contract the limiter reads thresholds through (RateLimitConfigCentre,
-        // RuleThresholds) is core: it should sit below the limiter (rules/ or limiter/), with the live
-        // centres alone in live/. Hot path: its owner.
-        ['limiter/prepare-hits.ts', '(config-centre|live)/[a-z/-]*rate-limit-config-centre\\.ts'],
-        ['limiter/prepare-hits.ts', '(config-centre|live)/[a-z/-]*rule-thresholds\\.ts'],
-        ['limiter/rate-limiter.service.ts', '(config-centre|live)/[a-z/-]*rate-limit-config-centre\\.ts'],
-        // The observer the limiter reports decisions to (DecisionObserver, RATE_LIMIT_METRICS) is
-        // the limiter's interface, as ResilientStore's observer is resilience/'s: it belongs in limiter/.
-        ['limiter/rate-limiter.service.ts', '(metrics|ops)/[a-z/-]*decision-observer\\.ts'],
-        // RedisService.auditKeys (public) runs the key audit; it moves out with the RedisService split.
-        ['redis/redis.service.ts', '(audit|ops)/[a-z/-]*key-audit\\.ts'],
-      ],
+      exceptions: [],
     }),
     {
       name: 'only-entries-import-module',

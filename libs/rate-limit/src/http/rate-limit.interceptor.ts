@@ -1,8 +1,7 @@
 import { type CallHandler, type ExecutionContext, Injectable, type NestInterceptor } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import type { Observable } from 'rxjs';
-import { RateLimitGuard } from './rate-limit.guard.js';
-import { guardDeferredTo } from './request-outcome.js';
+import { RateLimitGuard, guardDeferredTo } from './rate-limit.guard.js';
 import { invocationOf } from '../transports/limited-context.js';
 
 /**

@@ -1,6 +1,6 @@
 import { type ExecutionContext, HttpException, InternalServerErrorException, Logger } from '@nestjs/common';
-import type { RateLimitConfigCentre } from '../live/rate-limit-config-centre.js';
-import { RuleThresholds, type Thresholds } from '../live/rule-thresholds.js';
+import type { RateLimitConfigCentre } from './rate-limit-config-centre.js';
+import { RuleThresholds, type Thresholds } from './rule-thresholds.js';
 import { ALGORITHM_NAMES } from '../algorithms/algorithm.js';
 import type { RateLimitMode, RateLimitRule } from '../rules/rate-limit-rule.js';
 import { ANONYMOUS_IDENTITY, ruleStateKey } from '../store/key-layout.js';
@@ -21,8 +21,9 @@ export interface PreparedRule {
 }
 
 /**
- * Makes a rule concrete for one request: the thresholds in force (the config centre's, read on
- * every request, so a change applies at once), the identity, the cost, and the state key.
+ * Makes a rule concrete for one request: the thresholds in force (the decorator's; for a rule with
+ * a `configKey`, the config centre's, read on every request so a change applies at once), the
+ * identity, the cost, and the state key.
  */
 export class HitPreparation {
   private readonly logger = new Logger('RateLimit');
@@ -57,8 +58,9 @@ export class HitPreparation {
   }
 
   /**
-   * The thresholds in force for a rule now: the config centre's, read on every request. First, so
-   * that a rule turned `'off'` is not prepared at all (its resolvers do not run).
+   * The thresholds in force for a rule now: the decorator's, kept per rule; for a rule with a
+   * `configKey`, the config centre's where valid. First, so that a rule turned `'off'` is not
+   * prepared at all (its resolvers do not run).
    */
   thresholdsOf(rule: RateLimitRule): Thresholds {
     return this.thresholds.resolve(rule);

@@ -7,8 +7,8 @@ import {
   type OnApplicationShutdown,
   Optional,
 } from '@nestjs/common';
-import { type DecisionObserver, RATE_LIMIT_METRICS } from '../ops/decision-observer.js';
-import { RateLimitConfigCentre } from '../live/rate-limit-config-centre.js';
+import { type DecisionObserver, RATE_LIMIT_METRICS } from './decision-observer.js';
+import { RateLimitConfigCentre } from './rate-limit-config-centre.js';
 import { SampledLogger } from '../logging/sampled-logger.js';
 import { StoreProblemLog, describeError } from '../logging/store-problem-log.js';
 import { REJECTION_LOG_MAX_KEYS } from '../module/defaults.js';

@@ -1,5 +1,5 @@
 import { RateLimitConfigurationError, type RateLimitRule } from '../rules/rate-limit-rule.js';
-import { type LimitSettings, parseLimitSettings, ruleWithSettings } from './limit-settings.js';
+import { type LimitSettings, parseLimitSettings, ruleWithSettings } from '../rules/limit-settings.js';
 
 /**
  * Every problem with values for a config key, each naming the key and the field: as values, and

@@ -1,7 +1,7 @@
 // 'nest-rate-limit/live': thresholds at run time. The config centres (the `configCentre` option),
 // and the service that writes and reads live limits (`RateLimitManagementService`).
 
-export { RateLimitConfigCentre, type RateLimitOverride } from './rate-limit-config-centre.js';
+export { RateLimitConfigCentre, type RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
 export { NestConfigCentre } from './nest-config-centre.js';
 export { LiveConfigCentre } from './live-config-centre.js';
 export { MemoryConfigCentre } from './memory-config-centre.js';

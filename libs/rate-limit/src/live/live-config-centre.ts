@@ -1,5 +1,5 @@
-import type { RateLimitOverride } from './rate-limit-config-centre.js';
-import { RateLimitConfigCentre } from './rate-limit-config-centre.js';
+import type { RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
+import { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
 
 /**
  * A config centre whose values can be written while the app runs (`RateLimitManagementService`,

@@ -3,7 +3,7 @@ import type { ConfigService } from '@nestjs/config';
 import { APP_CONFIG_SERVICE } from './app-config.js';
 import { LiveConfigCentre } from './live-config-centre.js';
 import { NestConfigCentre } from './nest-config-centre.js';
-import type { RateLimitOverride } from './rate-limit-config-centre.js';
+import type { RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
 
 /**
  * A live config centre in this process: values written through `RateLimitManagementService` apply

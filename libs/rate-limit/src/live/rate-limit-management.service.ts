@@ -2,9 +2,9 @@ import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs
 import { checkLimitValues } from './check-limit-values.js';
 import { LiveConfigCentre } from './live-config-centre.js';
 import { RedisConfigCentre } from './redis-config-centre.js';
-import { parseLimitSettings, settingsAsOverride, throwProblems } from './limit-settings.js';
-import { RuleThresholds, type Thresholds } from './rule-thresholds.js';
-import { RateLimitConfigCentre, type RateLimitOverride } from './rate-limit-config-centre.js';
+import { parseLimitSettings, settingsAsOverride, throwProblems } from '../rules/limit-settings.js';
+import { RuleThresholds, type Thresholds } from '../limiter/rule-thresholds.js';
+import { RateLimitConfigCentre, type RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
 import type { RateLimitInspection } from '../limiter/rate-limit-inspection.js';
 import { RateLimiterService, type RateLimitRuleRef } from '../limiter/rate-limiter.service.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';

@@ -19,7 +19,7 @@ import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 import { checkLimitValues } from './check-limit-values.js';
 import { LiveConfigCentre } from './live-config-centre.js';
 import { NestConfigCentre } from './nest-config-centre.js';
-import type { RateLimitOverride } from './rate-limit-config-centre.js';
+import type { RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
 
 /** How long an operator's write waits for a replica to have it. */
 const REPLICA_CONFIRM_MS = 1_000;

@@ -1,6 +1,6 @@
 import type { ConfigurableModuleAsyncOptions, Type } from '@nestjs/common';
 import type { Cluster, ClusterNode, ClusterOptions, Redis, RedisOptions } from 'ioredis';
-import type { RateLimitConfigCentre } from '../live/rate-limit-config-centre.js';
+import type { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
 import type { RateLimitHeaderStyle } from '../http/rate-limit-headers.js';
 import type { SampledLogLevel } from '../logging/sampled-logger.js';
 import type { RateLimitCircuitBreakerOptions } from '../redis/redis-circuit-breaker.js';

@@ -2,12 +2,12 @@ import { type DynamicModule, Logger, Module, type Provider } from '@nestjs/commo
 import { APP_GUARD, DiscoveryModule, ModuleRef } from '@nestjs/core';
 import { APP_CONFIG_SERVICE, appConfigService } from '../live/app-config.js';
 import { NestConfigCentre } from '../live/nest-config-centre.js';
-import { RateLimitConfigCentre } from '../live/rate-limit-config-centre.js';
+import { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
 import { RateLimitManagementService } from '../live/rate-limit-management.service.js';
 import { KeyAuditSchedule } from '../ops/key-audit-schedule.js';
 import { RedisConfigCentre } from '../live/redis-config-centre.js';
 import { RateLimitHealthIndicator } from '../ops/rate-limit-health.indicator.js';
-import { RATE_LIMIT_METRICS } from '../ops/decision-observer.js';
+import { RATE_LIMIT_METRICS } from '../limiter/decision-observer.js';
 import { RateLimitMetrics } from '../ops/rate-limit-metrics.js';
 import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
 import type { Registry } from 'prom-client';

@@ -1,4 +1,4 @@
-import { RateLimitConfigCentre } from '../live/rate-limit-config-centre.js';
+import { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
 import { HEADER_STYLES } from '../http/rate-limit-headers.js';
 import type { SampledLogLevel } from '../logging/sampled-logger.js';
 import { STORE_ERROR_POLICIES } from '../resilience/store-error-policy.js';

@@ -2,5 +2,5 @@
 // with (the metrics themselves come with the `metrics` option), and the key audit's report.
 
 export { RateLimitHealthIndicator, type RateLimitHealth } from './rate-limit-health.indicator.js';
-export type { RateLimitDecisionOutcome } from './decision-observer.js';
-export type { KeyAuditReport } from './key-audit.js';
+export type { RateLimitDecisionOutcome } from '../limiter/decision-observer.js';
+export type { KeyAuditReport } from '../redis/key-audit.js';

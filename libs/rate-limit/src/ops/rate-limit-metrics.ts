@@ -5,7 +5,7 @@ import type { RateLimitOutcome } from '../limiter/rate-limit-outcome.js';
 import type { CircuitBreakerState } from '../redis/redis-circuit-breaker.js';
 import { RedisTimeoutError } from '../redis/call-deadlines.js';
 import type { StoreObserver } from '../resilience/deciding-store.js';
-import type { DecisionObserver, RateLimitDecisionOutcome } from './decision-observer.js';
+import type { DecisionObserver, RateLimitDecisionOutcome } from '../limiter/decision-observer.js';
 import { isBrokenCircuitError } from 'cockatiel';
 
 const OUTCOMES: readonly RateLimitDecisionOutcome[] = [

@@ -109,3 +109,35 @@ export class CallDeadlines {
     if (this.head < this.queue.length) this.arm(this.queue[this.head].at - now);
   };
 }
+
+/**
+ * Rejects with `RedisTimeoutError` when `promise` has not settled `ms` after the call, as Redis sees
+ * it, not as a stalled event loop sees it (the verdict waits for `setImmediate`, as `CallDeadlines`
+ * explains). For the calls off the request path: connecting, operators' calls, WAIT, QUIT.
+ */
+export function withDeadline<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    let settled = false;
+    const timer = setTimeout(() => {
+      setImmediate(() => {
+        if (settled) return;
+        settled = true;
+        reject(new RedisTimeoutError(`Redis did not answer ${what} within ${ms} ms`));
+      });
+    }, ms);
+    promise.then(
+      (value) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (error: unknown) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        reject(error);
+      },
+    );
+  });
+}

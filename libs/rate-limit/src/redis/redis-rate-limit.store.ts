@@ -16,6 +16,7 @@ import { INSPECT_LAYOUT, INSPECT_SCRIPTS, encodeInspect } from './scripts/inspec
 import type { LostWriteCheck, LostWriteRepairs } from './failover/lost-write-check.js';
 import type { ReplicaWait } from './failover/replica-wait.js';
 import type { RedisService } from './redis.service.js';
+import type { ScriptRunner } from './script-runner.js';
 import { isCluster } from './is-cluster.js';
 import { CONSUME_SCRIPTS, decodeConsume, encodeConsume } from './scripts/consume.script.js';
 import { FIXED_WINDOW_FAST_SCRIPT, decodeFast, encodeFast, isFastHit } from './scripts/fixed-window-fast.script.js';
@@ -65,6 +66,8 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
   private readonly markerShare: number | false;
   private lostWrites: LostWriteCheck | undefined;
   private readonly replicaWait: ReplicaWait | undefined;
+  /** Runs the scripts: deadline, breaker, one write per turn of the event loop. */
+  private readonly scripts: ScriptRunner;
   /** Whether calls may take FIXED_WINDOW_FAST_SCRIPT: not with the marker, which the full script writes. */
   private readonly fast: boolean;
 
@@ -76,7 +79,9 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     super();
     // Loaded on every (re)connect: these from the start, and each variant by algorithms once a call
     // first needs it (`RedisService.run` loads it before that call).
-    for (const script of [FIXED_WINDOW_FAST_SCRIPT, RAISE_FIXED_WINDOW_SCRIPT, RESET_SCRIPT]) redis.register(script);
+    this.scripts = redis.scripts;
+    for (const script of [FIXED_WINDOW_FAST_SCRIPT, RAISE_FIXED_WINDOW_SCRIPT, RESET_SCRIPT])
+      this.scripts.register(script);
     this.markerShare = defences.marker;
     if (defences.lostWrites) this.checkLostWrites(defences.lostWrites);
     this.replicaWait = defences.replicaWait;
@@ -102,7 +107,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     return Promise.all(
       hits.map(async (hit) => {
         const { keys, args } = encodeInspect([hit], at, this.markerShare);
-        const reply = INSPECT_LAYOUT.decode(await this.redis.runOperation(INSPECT_SCRIPTS.for([hit]), keys, args), 1);
+        const reply = INSPECT_LAYOUT.decode(await this.scripts.runOperation(INSPECT_SCRIPTS.for([hit]), keys, args), 1);
         const { remaining, reset, blocked } = reply.rules[0];
         return { remaining, resetMs: remaining >= capacityOf(hit) ? 0 : reset, blockedMs: blocked };
       }),
@@ -123,7 +128,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
   /** One FIXED_WINDOW_FAST_SCRIPT call; the full script when it asks for it (a key to repair). */
   private consumeFast(hits: readonly RateLimitHit[]): Promise<RateLimitConsumption> {
     const { keys, args } = encodeFast(hits);
-    return this.redis.run(FIXED_WINDOW_FAST_SCRIPT, keys, args).then((answer) => {
+    return this.scripts.run(FIXED_WINDOW_FAST_SCRIPT, keys, args).then((answer) => {
       const reply = decodeFast(answer, hits);
       if (!reply) return this.consumeFull(hits, undefined);
       const { now, decisions, repaired, allowed } = reply;
@@ -236,7 +241,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
       [...byCall.values()].map((group) => {
         const { admittedAt, nonce } = group[0].receipt;
         const { keys, args } = encodeRefund(admittedAt, nonce, group);
-        return this.redis.run(REFUND_SCRIPTS.for(group.map(({ hit }) => hit)), keys, args);
+        return this.scripts.run(REFUND_SCRIPTS.for(group.map(({ hit }) => hit)), keys, args);
       }),
     );
     // Counts taken back (a Cluster slot's after another refused, a lost-write refusal) may admit
@@ -250,7 +255,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     this.lostWrites?.forget(keys);
     await Promise.all(
       this.groupBySlot(keys).map((indices) =>
-        this.redis.run(RESET_SCRIPT, encodeReset(indices.map((i) => keys[i])), []),
+        this.scripts.run(RESET_SCRIPT, encodeReset(indices.map((i) => keys[i])), []),
       ),
     );
     // After the keys are gone; an instance forgets then, and learns no block from a call sent before.
@@ -268,7 +273,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
    */
   async raiseFixedWindow(hit: RateLimitHit, windowStart: number, figure: number): Promise<void> {
     const { keys, args } = encodeRaiseFixedWindow(hit.key, windowStart, hit.windowMs, figure);
-    await this.redis.run(RAISE_FIXED_WINDOW_SCRIPT, keys, args);
+    await this.scripts.run(RAISE_FIXED_WINDOW_SCRIPT, keys, args);
   }
 
   /**
@@ -296,7 +301,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     const group = indices.map((i) => hits[i]);
     const call = { now, nonce, hits: group, record, markerShare: this.markerShare };
     const { keys, args } = encodeConsume(call);
-    const reply = decodeConsume(await this.redis.run(CONSUME_SCRIPTS.for(group), keys, args), group.length);
+    const reply = decodeConsume(await this.scripts.run(CONSUME_SCRIPTS.for(group), keys, args), group.length);
     const decisions = reply.rules.map((rule, i): RateLimitDecision => {
       if (rule.repaired) this.reportRepaired(group[i]);
       const decision: RateLimitDecision = {

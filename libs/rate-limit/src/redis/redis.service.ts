@@ -1,39 +1,30 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
-import { type KeyAuditReport, auditRateLimitKeys } from '../ops/key-audit.js';
 import { type CircuitBreakerState, RedisCircuitBreaker } from './redis-circuit-breaker.js';
 import type { RedisScript } from './redis-script.js';
 import type { LiftedKeysWatcher } from '../store/rate-limit-store.js';
 import { LOG_SAMPLING } from '../module/defaults.js';
 import { mastersOf } from './masters.js';
-import { CallDeadlines, RedisTimeoutError } from './call-deadlines.js';
+import { RedisTimeoutError, withDeadline } from './call-deadlines.js';
+import { type KeyAuditReport, auditRateLimitKeys } from './key-audit.js';
 import { unsupportedRedis } from './redis-version.js';
-import { WriteBatches } from './write-batches.js';
 import { isCluster } from './is-cluster.js';
 import { REDIS_CONNECTION, type RedisConnection, reconnectDelay } from './redis-connection.js';
+import { type ChannelListener, RedisNews } from './redis-news.js';
+import { OPERATION_TIMEOUT_MS, ScriptRunner } from './script-runner.js';
 
 export { RedisTimeoutError };
+export type { ChannelListener };
 
 /** How long the app's start waits for Redis before serving without it. */
 const BOOTSTRAP_CONNECT_MS = 3_000;
 
-/** The deadline of an operator's call (`runOperation`). */
-const OPERATION_TIMEOUT_MS = 2_000;
-
-/** @internal What `RedisService.listen` tells of one channel. */
-export interface ChannelListener {
-  message(text: string): void;
-  /** Whether messages reach this instance from now on (false: some may be missed until it is true again). */
-  listening(on: boolean): void;
-  /** The warning, said once, when the subscription is refused (an ACL without the channel, say). */
-  refused(error: unknown): string;
-}
-
 /**
- * The library's Redis connection: its own (created from the module options and closed on shutdown)
- * or one the application supplied (left open). Runs the limiter's Lua scripts with a deadline, and
- * loads them on every (re)connect so that EVALSHA normally hits.
+ * The library's Redis connection: its own (made from the module options by `redis-connection.ts`,
+ * connected when the app starts and closed when it stops) or one the application supplied (left
+ * open). The scripts run through its `ScriptRunner` (deadline, breaker, one write per turn), and
+ * news between instances goes through its `RedisNews` (pub/sub).
  */
 @Injectable()
 export class RedisService implements OnApplicationBootstrap, OnApplicationShutdown {
@@ -41,16 +32,11 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   private readonly redis: Redis | Cluster | undefined;
   private readonly ownsClient: boolean;
   private readonly timeoutMs: number;
-  private readonly deadlines: CallDeadlines;
-  private readonly scripts = new Set<RedisScript>();
   private readonly keyPrefix: string;
   private readonly breaker: RedisCircuitBreaker | undefined;
-  /** Where instances announce the keys whose counts they lowered (`announceLifted`, `watchLiftedKeys`). */
-  private readonly liftedChannel: string;
-  private readonly listeners: { channel: string; listener: ChannelListener }[] = [];
-  private subscriber: Redis | Cluster | undefined;
-  private bootstrapped = false;
-  private readonly batches: WriteBatches | undefined;
+  private readonly runner: ScriptRunner | undefined;
+  private readonly news: RedisNews | undefined;
+  private readonly readyListeners: (() => void)[] = [];
   private shuttingDown = false;
 
   /** @internal Nest creates it from the module's options, and the client made from them (`redisConnection`). */
@@ -59,9 +45,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     @Inject(REDIS_CONNECTION) connection: RedisConnection | null,
   ) {
     this.timeoutMs = resolved.storeErrors.timeoutMs;
-    this.deadlines = new CallDeadlines(this.timeoutMs);
     this.keyPrefix = resolved.keyPrefix;
-    this.liftedChannel = `${resolved.keyPrefix}:lifted`;
     const { circuitBreaker } = resolved.storeErrors;
     if (circuitBreaker) {
       this.breaker = new RedisCircuitBreaker(circuitBreaker, this.logger, LOG_SAMPLING.intervalMs);
@@ -69,7 +53,8 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     this.redis = connection?.client;
     this.ownsClient = connection?.owned ?? false;
     if (this.redis) {
-      this.batches = new WriteBatches(this.redis, () => this.deadlines.sent());
+      this.runner = new ScriptRunner(this.redis, this.timeoutMs, this.breaker, this.logger);
+      this.news = new RedisNews(this.redis, `${resolved.keyPrefix}:lifted`, this.timeoutMs, this.logger);
       this.redis.on('ready', this.onReady);
       // An 'error' event without a listener is printed for every reconnect attempt; the limiter
       // reports failures itself, by sampling, when a request meets them.
@@ -101,8 +86,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
 
   /** Makes a script known, so it is loaded on every (re)connect (`run` does it for a script it meets first). */
   register(script: RedisScript): void {
-    this.scripts.add(script);
-    if (this.redis?.status === 'ready') void this.loadScripts([script]);
+    this.scriptRunner.register(script);
   }
 
   /**
@@ -111,16 +95,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
    * circuit is open, calls reject at once with `BrokenCircuitError`.
    */
   run(script: RedisScript, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {
-    // A variant built on first use (`ScriptsByAlgorithms`) is loaded on reconnects from now on.
-    if (!this.scripts.has(script)) this.register(script);
-    const { breaker } = this;
-    if (breaker && !breaker.closed) {
-      return breaker.execute(() =>
-        this.deadlines.track(script.run(this.client, keys, args), script.name, undefined, this.batches!.hold()),
-      );
-    }
-    const held = this.batches!.hold();
-    return this.deadlines.track(script.run(this.client, keys, args), script.name, breaker, held);
+    return this.scriptRunner.run(script, keys, args);
   }
 
   /**
@@ -130,8 +105,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
    * not hide whether Redis takes it.
    */
   runOperation(script: RedisScript, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {
-    if (!this.scripts.has(script)) this.register(script);
-    return withDeadline(script.run(this.client, keys, args), OPERATION_TIMEOUT_MS, script.name);
+    return this.scriptRunner.runOperation(script, keys, args);
   }
 
   /** @internal An operator's command (`client.hgetall(…)`, say) with `runOperation`'s deadline, or the one given: it never hangs. */
@@ -164,52 +138,23 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   }
 
   /** @internal Tells every instance's watchers (`watchLiftedKeys`) that these keys' counts were lowered. */
-  async announceLifted(keys: readonly string[]): Promise<void> {
-    if (keys.length === 0) return;
-    await withDeadline(this.client.publish(this.liftedChannel, JSON.stringify(keys)), this.timeoutMs, 'PUBLISH');
+  announceLifted(keys: readonly string[]): Promise<void> {
+    return this.redisNews.announceLifted(keys);
   }
 
-  /**
-   * @internal
-   * Tells `watcher` of the keys any instance announces, over a connection of its own subscribed from
-   * the app's start, and whether it is listening: from each confirmed subscription until that
-   * connection is lost (announcements made meanwhile are missed).
-   */
+  /** @internal Tells `watcher` of the keys any instance lowered, and whether that news reaches this one (`RedisNews`). */
   watchLiftedKeys(watcher: LiftedKeysWatcher): void {
-    this.listen(this.liftedChannel, {
-      message: (text) => {
-        let keys: unknown;
-        try {
-          keys = JSON.parse(text);
-        } catch {
-          keys = undefined;
-        }
-        if (Array.isArray(keys)) watcher.lifted(keys.filter((key): key is string => typeof key === 'string'));
-        else watcher.listening(true); // Unreadable news: forget every block, and go on listening.
-      },
-      listening: (on) => watcher.listening(on),
-      refused: (error) =>
-        // An ACL without this channel (NOPERM), say: no block is kept, and every refusal asks Redis.
-        `Subscribing to ${this.liftedChannel} failed (${String(error)}); the block cache stays off, every request asks Redis`,
-    });
+    this.news?.watchLiftedKeys(watcher);
   }
 
-  /**
-   * @internal
-   * Tells `listener` of every message published on `channel`, over the one connection of this
-   * service that subscribes (from the app's start, or at once if it has started), and whether it is
-   * listening: from each confirmed subscription until that connection is lost.
-   */
+  /** @internal Tells `listener` of every message published on `channel` (`RedisNews`). */
   listen(channel: string, listener: ChannelListener): void {
-    this.listeners.push({ channel, listener });
-    if (!this.bootstrapped || !this.redis) return;
-    if (!this.subscriber) this.subscribe(this.redis);
-    else if (this.subscriber.status === 'ready') this.subscribeTo(this.subscriber, [{ channel, listener }]);
+    this.news?.listen(channel, listener);
   }
 
   /** @internal Publishes a message on a channel, with the call deadline. */
-  async publish(channel: string, message: string): Promise<void> {
-    await withDeadline(this.client.publish(channel, message), this.timeoutMs, 'PUBLISH');
+  publish(channel: string, message: string): Promise<void> {
+    return this.redisNews.publish(channel, message);
   }
 
   /** Whether Redis answers a PING within the call deadline (every master of a Cluster). */
@@ -226,16 +171,8 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   }
 
   /** @internal Whether every script registered so far is cached on every master (SCRIPT EXISTS). */
-  async scriptsLoaded(): Promise<boolean> {
-    const client = this.client;
-    const shas = [...this.scripts].map((script) => script.sha);
-    if (shas.length === 0) return true;
-    const answers = await Promise.all(
-      mastersOf(client).map((node) =>
-        withDeadline(node.script('EXISTS', ...shas) as Promise<number[]>, this.timeoutMs, 'SCRIPT EXISTS'),
-      ),
-    );
-    return answers.every((exists) => exists.every((one) => one === 1));
+  scriptsLoaded(): Promise<boolean> {
+    return this.scriptRunner.loaded();
   }
 
   /** The circuit breaker's state: `'open'` while calls to Redis are suspended. */
@@ -253,9 +190,8 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
 
   /** Connects once every module is initialised, so an app whose bootstrap fails leaves no socket open. */
   async onApplicationBootstrap(): Promise<void> {
-    this.bootstrapped = true;
     if (!this.redis) return;
-    if (this.listeners.length > 0) this.subscribe(this.redis);
+    this.news!.start();
     if (this.ownsClient && this.redis.status === 'wait') {
       // connect() settles only once the server answers; a paused server, or sentinels that are all
       // down, would hold the app's start for ever. Wait a bounded time, then serve by the store-error policies.
@@ -272,7 +208,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     // Before the first request: loads the scripts and, on Cluster, opens the connection to every
     // master (a first command on a node not yet connected waits out a 100 ms retry).
     if (this.redis.status === 'ready') {
-      await withDeadline(this.loadScripts(), 2_000, 'SCRIPT LOAD').catch(() => undefined);
+      await withDeadline(this.runner!.load(), 2_000, 'SCRIPT LOAD').catch(() => undefined);
       await withDeadline(this.checkVersion(), 2_000, 'INFO').catch(() => undefined);
     }
   }
@@ -280,7 +216,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   async onApplicationShutdown(): Promise<void> {
     this.shuttingDown = true;
     this.breaker?.close();
-    this.subscriber?.disconnect();
+    this.news?.stop();
     const client = this.redis;
     client?.off('ready', this.onReady);
     if (!client || !this.ownsClient || client.status === 'end') return;
@@ -296,8 +232,6 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
       client.disconnect();
     }
   }
-
-  private readonly readyListeners: (() => void)[] = [];
 
   /**
    * A client of ours ends only when the app shuts down: ioredis ends a Sentinel client for good when
@@ -315,49 +249,13 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   };
 
   private readonly onReady = () => {
-    void this.loadScripts();
+    void this.runner!.load();
     for (const listener of this.readyListeners) listener();
   };
 
   /** @internal Calls `listener` each time the connection is (re)established and ready for commands. */
   whenReady(listener: () => void): void {
     this.readyListeners.push(listener);
-  }
-
-  private subscribe(client: Redis | Cluster): void {
-    // A connection of its own (a subscribed one takes no other commands). It subscribes on every
-    // (re)connect itself, so it knows when each subscription is confirmed.
-    const own = { enableOfflineQueue: true, lazyConnect: false, autoResubscribe: false };
-    const subscriber = isCluster(client)
-      ? client.duplicate(undefined, { ...own, redisOptions: { ...client.options.redisOptions, ...own } })
-      : client.duplicate({ ...own, connectionName: 'rate-limit-news' });
-    this.subscriber = subscriber;
-    subscriber.on('error', () => undefined);
-    subscriber.on('close', () => {
-      for (const { listener } of this.listeners) listener.listening(false);
-    });
-    subscriber.on('ready', () => this.subscribeTo(subscriber, this.listeners));
-    subscriber.on('message', (channel: string, message: string) => {
-      for (const entry of this.listeners) if (entry.channel === channel) entry.listener.message(message);
-    });
-  }
-
-  private readonly refusalsSaid = new Set<ChannelListener>();
-
-  private subscribeTo(
-    subscriber: Redis | Cluster,
-    entries: readonly { channel: string; listener: ChannelListener }[],
-  ): void {
-    for (const { channel, listener } of entries) {
-      subscriber.subscribe(channel).then(
-        () => listener.listening(true),
-        (error: unknown) => {
-          if (this.refusalsSaid.has(listener)) return;
-          this.refusalsSaid.add(listener);
-          this.logger.warn(listener.refused(error));
-        },
-      );
-    }
   }
 
   /** Says at the start, once, when a server is too old for the scripts, rather than by every request's error. */
@@ -375,48 +273,18 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     }
   }
 
-  private async loadScripts(scripts: Iterable<RedisScript> = this.scripts): Promise<void> {
-    const client = this.redis;
-    if (!client) return;
-    try {
-      await Promise.all(
-        mastersOf(client).flatMap((node) => [...scripts].map((script) => node.script('LOAD', script.source))),
-      );
-    } catch (error) {
-      // EVALSHA falls back to EVAL on NOSCRIPT, so a failed preload only costs one extra round trip.
-      this.logger.debug(`Preloading Lua scripts failed: ${String(error)}`);
-    }
+  /** @internal What runs the scripts (the store's calls go to it directly). Throws when no Redis was configured. */
+  get scripts(): ScriptRunner {
+    return this.scriptRunner;
   }
-}
 
-/**
- * Rejects with `RedisTimeoutError` when `promise` has not settled `ms` after the call, as Redis sees
- * it, not as a stalled event loop sees it (the verdict waits for `setImmediate`, as `CallDeadlines`
- * explains). For the calls off the request path: connecting, WAIT, QUIT.
- */
-function withDeadline<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    let settled = false;
-    const timer = setTimeout(() => {
-      setImmediate(() => {
-        if (settled) return;
-        settled = true;
-        reject(new RedisTimeoutError(`Redis did not answer ${what} within ${ms} ms`));
-      });
-    }, ms);
-    promise.then(
-      (value) => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        resolve(value);
-      },
-      (error: unknown) => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        reject(error);
-      },
-    );
-  });
+  private get scriptRunner(): ScriptRunner {
+    if (!this.runner) throw new Error('RateLimitModule: no Redis is configured (options.redis)');
+    return this.runner;
+  }
+
+  private get redisNews(): RedisNews {
+    if (!this.news) throw new Error('RateLimitModule: no Redis is configured (options.redis)');
+    return this.news;
+  }
 }

@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { RateLimitAlgorithmName } from '../algorithms/algorithm.js';
 import { RateLimitConfigurationError, type RateLimitMode, type RateLimitRule } from '../rules/rate-limit-rule.js';
-import { parseLimitSettings, ruleWithSettings } from './limit-settings.js';
+import { parseLimitSettings, ruleWithSettings } from '../rules/limit-settings.js';
 import type { RateLimitConfigCentre, RateLimitOverride } from './rate-limit-config-centre.js';
 
 /** What a rule counts with for one request. */

@@ -1,5 +1,5 @@
 import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from '../algorithms/algorithm.js';
-import { MAX_DURATION_MS, parseCount, parseDuration } from '../rules/duration.js';
+import { MAX_DURATION_MS, parseCount, parseDuration } from './duration.js';
 import {
   RATE_LIMIT_MODES,
   type RateLimitMode,
@@ -7,8 +7,8 @@ import {
   RateLimitConfigurationError,
   ruleOptions,
   validateRule,
-} from '../rules/rate-limit-rule.js';
-import type { RateLimitOverride } from './rate-limit-config-centre.js';
+} from './rate-limit-rule.js';
+import type { RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
 
 /** A config centre's values for one `configKey`, each checked on its own. */
 export interface LimitSettings {

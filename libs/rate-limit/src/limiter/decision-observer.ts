@@ -1,4 +1,4 @@
-import type { RateLimitOutcome } from '../limiter/rate-limit-outcome.js';
+import type { RateLimitOutcome } from './rate-limit-outcome.js';
 
 /** What a rule did to one request, as the metric `rate_limit_decisions_total` labels it. */
 export type RateLimitDecisionOutcome =

@@ -1,5 +1,5 @@
 import type { Cluster, Redis } from 'ioredis';
-import { mastersOf } from '../redis/masters.js';
+import { mastersOf } from './masters.js';
 import { keyIdOf, liveConfigKeys, ruleKeyId } from '../store/key-layout.js';
 
 export interface KeyAuditOptions {

@@ -1,0 +1,161 @@
+import type { Writable } from 'node:stream';
+import type { LoggerService } from '@nestjs/common';
+import type { Cluster, Redis } from 'ioredis';
+import { CallDeadlines, withDeadline } from './call-deadlines.js';
+import { mastersOf } from './masters.js';
+import type { RedisCircuitBreaker } from './redis-circuit-breaker.js';
+import type { RedisScript } from './redis-script.js';
+
+/** The deadline of an operator's call (`runOperation`). */
+export const OPERATION_TIMEOUT_MS = 2_000;
+
+/**
+ * Runs the library's Lua scripts on one client: a request's call with the configured deadline,
+ * through the circuit breaker, written with the rest of its turn's calls (`WriteBatches`); an
+ * operator's call with a deadline of its own, past the breaker. Keeps every script it has met
+ * loaded on every master (`load`, on every (re)connect), so EVALSHA normally hits.
+ */
+export class ScriptRunner {
+  private readonly scripts = new Set<RedisScript>();
+  private readonly deadlines: CallDeadlines;
+  private readonly batches: WriteBatches;
+
+  constructor(
+    private readonly client: Redis | Cluster,
+    private readonly timeoutMs: number,
+    private readonly breaker: RedisCircuitBreaker | undefined,
+    private readonly logger: LoggerService,
+  ) {
+    this.deadlines = new CallDeadlines(timeoutMs);
+    this.batches = new WriteBatches(client, () => this.deadlines.sent());
+  }
+
+  /** Makes a script known, so it is loaded on every (re)connect (`run` does it for a script it meets first). */
+  register(script: RedisScript): void {
+    this.scripts.add(script);
+    if (this.client.status === 'ready') void this.load([script]);
+  }
+
+  /**
+   * A request's call: with the configured deadline, through the circuit breaker. A call past its
+   * deadline rejects with `RedisTimeoutError` (its late reply, if any, is discarded); while the
+   * circuit is open, calls reject at once with `BrokenCircuitError`.
+   */
+  run(script: RedisScript, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {
+    // A variant built on first use (`ScriptsByAlgorithms`) is loaded on reconnects from now on.
+    if (!this.scripts.has(script)) this.register(script);
+    const { breaker } = this;
+    if (breaker && !breaker.closed) {
+      return breaker.execute(() =>
+        this.deadlines.track(script.run(this.client, keys, args), script.name, undefined, this.batches.hold()),
+      );
+    }
+    const held = this.batches.hold();
+    return this.deadlines.track(script.run(this.client, keys, args), script.name, breaker, held);
+  }
+
+  /**
+   * An operator's call (a limit written, a counter inspected), off the request path: with a
+   * deadline of its own (2 s), not the requests', and past the circuit breaker, so an outage does
+   * not hide whether Redis takes it.
+   */
+  runOperation(script: RedisScript, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {
+    if (!this.scripts.has(script)) this.register(script);
+    return withDeadline(script.run(this.client, keys, args), OPERATION_TIMEOUT_MS, script.name);
+  }
+
+  /** Whether every script met so far is cached on every master (SCRIPT EXISTS). */
+  async loaded(): Promise<boolean> {
+    const shas = [...this.scripts].map((script) => script.sha);
+    if (shas.length === 0) return true;
+    const answers = await Promise.all(
+      mastersOf(this.client).map((node) =>
+        withDeadline(node.script('EXISTS', ...shas) as Promise<number[]>, this.timeoutMs, 'SCRIPT EXISTS'),
+      ),
+    );
+    return answers.every((exists) => exists.every((one) => one === 1));
+  }
+
+  /** Loads scripts on every master (all it knows by default). Never throws. */
+  async load(scripts: Iterable<RedisScript> = this.scripts): Promise<void> {
+    try {
+      await Promise.all(
+        mastersOf(this.client).flatMap((node) => [...scripts].map((script) => node.script('LOAD', script.source))),
+      );
+    } catch (error) {
+      // EVALSHA falls back to EVAL on NOSCRIPT, so a failed preload only costs one extra round trip.
+      this.logger.debug?.(`Preloading Lua scripts failed: ${String(error)}`);
+    }
+  }
+}
+
+/**
+ * Calls held at most before they go: Redis starts on them while the app makes the rest. Held until
+ * the end of the turn, a batch left Redis idle while the app decided the replies of the last one,
+ * and the app idle while Redis ran the next (about half the decisions per second at 16 in flight);
+ * sent one by one, each call paid its write. 8 measured best of 2, 4, 8, 16 and a whole turn.
+ */
+const MAX_HELD = 8;
+
+/**
+ * Sends the commands made in one turn of the event loop to Redis in one write. ioredis writes each
+ * command to its socket as it is made, and that system call, not the script, is most of what a
+ * decision costs the app (and the read of each, most of what it costs Redis): under concurrent
+ * requests, one write for all of a turn's commands served about three times the decisions per
+ * second of one write each (`npm run bench:core`).
+ *
+ * The first command of a turn corks the connection's socket; the eighth held, or else `setImmediate`
+ * (which runs once the turn's I/O callbacks are done: the requests that arrived together, the
+ * replies read together), uncorks it, and Node writes what it holds at once. A command waits for nothing but the rest of
+ * its own turn, and its deadline starts when it goes out (`CallDeadlines.sent`): a turn stalled by
+ * the app's own work before the write must not look like a slow Redis. Commands of an application-supplied
+ * client made in that turn go in the same write, in their order. On Cluster the masters' sockets
+ * are corked together.
+ */
+class WriteBatches {
+  private corked: Writable[] | undefined;
+  private held = 0;
+
+  /** @param sent told each time held commands have gone out. */
+  constructor(
+    private readonly client: Redis | Cluster,
+    private readonly sent: () => void,
+  ) {}
+
+  /**
+   * Call before a command is made: it goes out with the rest of this turn's. Returns whether it is
+   * held (false while not connected: it fails or goes at once).
+   */
+  hold(): boolean {
+    if (this.corked) {
+      this.held += 1;
+      // Once this call is written (right after this returns), the batch goes; the next starts another.
+      if (this.held === MAX_HELD) queueMicrotask(this.release);
+      return true;
+    }
+    const streams = socketsOf(this.client);
+    if (streams.length === 0) return false;
+    for (const stream of streams) stream.cork();
+    this.corked = streams;
+    this.held = 1;
+    setImmediate(this.release);
+    return true;
+  }
+
+  private readonly release = (): void => {
+    const streams = this.corked;
+    if (!streams) return;
+    this.corked = undefined;
+    for (const stream of streams) stream.uncork();
+    this.sent();
+  };
+}
+
+/** The sockets commands are written to now: none while not connected. */
+function socketsOf(client: Redis | Cluster): Writable[] {
+  if (!client.isCluster) return client.status === 'ready' ? [(client as Redis).stream] : [];
+  return (client as Cluster)
+    .nodes('master')
+    .filter((node) => node.status === 'ready')
+    .map((node) => node.stream);
+}
