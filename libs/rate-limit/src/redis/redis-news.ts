@@ -4,7 +4,7 @@ import type { LiftedKeysWatcher } from '../store/rate-limit-store.js';
 import { withDeadline } from './call-deadlines.js';
 import { isCluster } from './is-cluster.js';
 
-/** @internal What `RedisNews.listen` tells of one channel. */
+/** What `RedisNews.listen` tells of one channel. */
 export interface ChannelListener {
   message(text: string): void;
   /** Whether messages reach this instance from now on (false: some may be missed until it is true again). */
