@@ -14,7 +14,8 @@ import { RateLimitException } from './rate-limit.exception.js';
 import { RateLimiterService } from '../limiter/rate-limiter.service.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
 import { RateLimitConfigurationError, type RateLimitRule } from '../rules/rate-limit-rule.js';
-import { SUPPORTED_HANDLERS, RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
+import { SUPPORTED_HANDLERS } from '../rules/handler-kinds.js';
+import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 import { RateLimitGraphQLError, loadWsRejection } from '../transports/rate-limit-rejections.js';
 import { answerHalfClosedClients, invocationOf, transportOf } from '../transports/limited-context.js';
 
