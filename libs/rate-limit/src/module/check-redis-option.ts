@@ -137,7 +137,7 @@ function kindOf(value: unknown): string {
   return typeof value;
 }
 
-/** A value as an error message shows it: short, and never a password of a URL. */
+/** A value as an error message shows it. */
 export function describe(value: unknown): string {
   if (typeof value === 'function') return 'a function';
   return JSON.stringify(value) ?? String(value);

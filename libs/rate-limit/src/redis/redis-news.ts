@@ -24,6 +24,9 @@ export class RedisNews {
   private readonly refusalsSaid = new Set<ChannelListener>();
   private subscriber: Redis | Cluster | undefined;
   private started = false;
+  /** What `watchLiftedKeys` tells, and whether the lifted-keys channel is listened to now. */
+  private readonly liftedWatchers: LiftedKeysWatcher[] = [];
+  private liftedListening = false;
 
   /** @param liftedChannel where instances announce the keys whose counts they lowered. */
   constructor(
@@ -42,8 +45,18 @@ export class RedisNews {
   /**
    * Tells `watcher` of the keys any instance announces, and whether it is listening: from each
    * confirmed subscription until the connection is lost (announcements made meanwhile are missed).
+   * Every watcher (the block cache, leases, the lost-write check) shares one listener of the
+   * channel, so a refused subscription is said once.
    */
   watchLiftedKeys(watcher: LiftedKeysWatcher): void {
+    this.liftedWatchers.push(watcher);
+    // A watcher that comes once the subscription is confirmed learns so at once.
+    if (this.liftedListening) watcher.listening(true);
+    if (this.liftedWatchers.length > 1) return;
+    const listening = (on: boolean) => {
+      this.liftedListening = on;
+      for (const each of this.liftedWatchers) each.listening(on);
+    };
     this.listen(this.liftedChannel, {
       message: (text) => {
         let keys: unknown;
@@ -52,10 +65,14 @@ export class RedisNews {
         } catch {
           keys = undefined;
         }
-        if (Array.isArray(keys)) watcher.lifted(keys.filter((key): key is string => typeof key === 'string'));
-        else watcher.listening(true); // Unreadable news: forget every block, and go on listening.
+        if (!Array.isArray(keys)) {
+          listening(true); // Unreadable news: forget every block, and go on listening.
+          return;
+        }
+        const lifted = keys.filter((key): key is string => typeof key === 'string');
+        for (const each of this.liftedWatchers) each.lifted(lifted);
       },
-      listening: (on) => watcher.listening(on),
+      listening,
       refused: (error) =>
         // An ACL without this channel (NOPERM), say: no block is kept, and every refusal asks Redis.
         `Subscribing to ${this.liftedChannel} failed (${String(error)}); the block cache stays off, every request asks Redis`,
