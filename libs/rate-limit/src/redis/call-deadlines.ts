@@ -59,17 +59,39 @@ export class CallDeadlines {
       promise.then(
         (value) => {
           if (deadline.settled) return;
-          deadline.settled = true;
+          this.settle(deadline);
           outcomes?.succeeded();
           resolve(value);
         },
         (error: unknown) => {
           if (deadline.settled) return;
-          deadline.settled = true;
+          this.settle(deadline);
           fail(error);
         },
       );
     });
+  }
+
+  /**
+   * Marks a call settled and drops the settled calls at the queue's front. Replies come in the
+   * order calls were made, so that is nearly always this one: the queue holds the calls in flight,
+   * not every call of the last timeout. (Kept until the timer, thousands of settled entries each
+   * survived the young generation's collections and were copied by every one: a scavenge took
+   * twice as long and a request's p99 was several times the bare script's.)
+   */
+  private settle(deadline: Deadline): void {
+    deadline.settled = true;
+    const { queue } = this;
+    if (queue[this.head] !== deadline) return;
+    do this.head += 1;
+    while (this.head < queue.length && queue[this.head].settled);
+    if (this.head === queue.length) {
+      queue.length = 0;
+      this.head = 0;
+    } else if (this.head >= COMPACT_AFTER) {
+      this.queue = queue.slice(this.head);
+      this.head = 0;
+    }
   }
 
   /** The held calls have gone out: their deadlines run from now. */

@@ -90,31 +90,31 @@ export class ScriptRunner {
 }
 
 /**
- * Calls held at most before they go: Redis starts on them while the app makes the rest. Held until
- * the end of the turn, a batch left Redis idle while the app decided the replies of the last one,
- * and the app idle while Redis ran the next (about half the decisions per second at 16 in flight);
- * sent one by one, each call paid its write. 8 measured best of 2, 4, 8, 16 and a whole turn.
+ * Commands in one write at most: Redis starts on them while the app makes the rest. A whole turn
+ * in one write left Redis idle while the app decided the replies of the last batch, and the app
+ * idle while Redis ran the next (0.6x the one-EVALSHA floor's decisions per second at 16 in flight,
+ * 1.6x with 8); one write per command paid a system call each. 8 measured best of 4, 8 and 16.
  */
 const MAX_HELD = 8;
 
 /**
- * Sends the commands made in one turn of the event loop to Redis in one write. ioredis writes each
- * command to its socket as it is made, and that system call, not the script, is most of what a
- * decision costs the app (and the read of each, most of what it costs Redis): under concurrent
- * requests, one write for all of a turn's commands served about three times the decisions per
- * second of one write each (`npm run bench:core`).
+ * Sends the commands made in one turn of the event loop to Redis a few writes at a time. ioredis
+ * writes each command to its socket as it is made, and that system call, not the script, is most
+ * of what a decision costs the app (and the read of each, most of what it costs Redis).
  *
- * The first command of a turn corks the connection's socket; the eighth held, or else `setImmediate`
+ * The first command of a batch corks the connection's socket; the ninth, or else `setImmediate`
  * (which runs once the turn's I/O callbacks are done: the requests that arrived together, the
- * replies read together), uncorks it, and Node writes what it holds at once. A command waits for nothing but the rest of
- * its own turn, and its deadline starts when it goes out (`CallDeadlines.sent`): a turn stalled by
- * the app's own work before the write must not look like a slow Redis. Commands of an application-supplied
- * client made in that turn go in the same write, in their order. On Cluster the masters' sockets
- * are corked together.
+ * replies read together), uncorks it, and Node writes what it holds at once. A command waits for
+ * nothing but the rest of its own turn, and its deadline starts when it goes out
+ * (`CallDeadlines.sent`): a turn stalled by the app's own work before the write must not look like
+ * a slow Redis. Commands of an application-supplied client made meanwhile go in the same write, in
+ * their order. On Cluster the masters' sockets are corked together.
  */
 class WriteBatches {
   private corked: Writable[] | undefined;
   private held = 0;
+  /** A release at the end of this turn is due (`setImmediate`). */
+  private releaseDue = false;
 
   /** @param sent told each time held commands have gone out. */
   constructor(
@@ -128,27 +128,39 @@ class WriteBatches {
    */
   hold(): boolean {
     if (this.corked) {
-      this.held += 1;
-      // Once this call is written (right after this returns), the batch goes; the next starts another.
-      if (this.held === MAX_HELD) queueMicrotask(this.release);
-      return true;
+      if (this.held < MAX_HELD) {
+        this.held += 1;
+        return true;
+      }
+      // A full batch goes now, and this command starts the next. Now, not in a microtask: the calls
+      // of one read of replies all come back in the same round of microtasks, so a release queued
+      // behind them sent the whole turn as one batch after all.
+      this.release();
     }
     const streams = socketsOf(this.client);
     if (streams.length === 0) return false;
     for (const stream of streams) stream.cork();
     this.corked = streams;
     this.held = 1;
-    setImmediate(this.release);
+    if (!this.releaseDue) {
+      this.releaseDue = true;
+      setImmediate(this.releaseAtTurnEnd);
+    }
     return true;
   }
 
-  private readonly release = (): void => {
+  private readonly releaseAtTurnEnd = (): void => {
+    this.releaseDue = false;
+    this.release();
+  };
+
+  private release(): void {
     const streams = this.corked;
     if (!streams) return;
     this.corked = undefined;
     for (const stream of streams) stream.uncork();
     this.sent();
-  };
+  }
 }
 
 /** The sockets commands are written to now: none while not connected. */
