@@ -18,34 +18,44 @@ import { remainingAfter } from '../store/rate-limit-store.js';
 export type RateLimitHeaderStyle = 'draft-6' | 'draft-11' | 'x-ratelimit' | false;
 export const HEADER_STYLES: readonly RateLimitHeaderStyle[] = ['draft-6', 'draft-11', 'x-ratelimit', false];
 
-/** The headers of a request the store decided, in `style`; a rejection's `Retry-After` last. */
-export function rateLimitHeaders(outcome: RateLimitOutcome, style: RateLimitHeaderStyle): [string, string][] {
+/** The names of the styles that report the tightest rule: limit, remaining, reset. */
+const TIGHTEST_RULE_NAMES = {
+  'draft-6': ['RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset'],
+  'x-ratelimit': ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset'],
+} as const;
+
+/**
+ * The headers of a request the store decided, in `style`, as names and values in turn (one array
+ * per response, not one per header); a rejection's `Retry-After` last.
+ */
+export function rateLimitHeaders(outcome: RateLimitOutcome, style: RateLimitHeaderStyle): string[] {
   const reported = outcome.reported!;
-  const headers: [string, string][] = [];
+  let headers: string[];
   if (style === 'draft-6' || style === 'x-ratelimit') {
-    const prefix = style === 'draft-6' ? 'RateLimit' : 'X-RateLimit';
-    headers.push(
-      [`${prefix}-Limit`, String(reported.limit)],
-      [`${prefix}-Remaining`, String(reported.remaining)],
-      [`${prefix}-Reset`, String(resetSeconds(reported))],
-    );
+    const [limit, remaining, reset] = TIGHTEST_RULE_NAMES[style];
+    headers = [
+      limit,
+      String(reported.limit),
+      remaining,
+      String(reported.remaining),
+      reset,
+      String(resetSeconds(reported)),
+    ];
   } else if (style === 'draft-11') {
     // Rule names are letters, digits and `. _ $ -`: valid sf-strings as they are.
     const decided = outcome.decisions.filter((decision) => !decision.fallback && decision.mode !== 'shadow');
-    headers.push(
-      [
-        'RateLimit-Policy',
-        decided.map((d) => `"${d.rule.name}";q=${d.limit};w=${Math.ceil(d.windowMs / 1000)}`).join(', '),
-      ],
-      [
-        'RateLimit',
-        decided
-          .map((d) => `"${d.rule.name}";r=${remainingAfter(d, outcome.allowed, d.cost)};t=${resetSeconds(d)}`)
-          .join(', '),
-      ],
-    );
+    headers = [
+      'RateLimit-Policy',
+      decided.map((d) => `"${d.rule.name}";q=${d.limit};w=${Math.ceil(d.windowMs / 1000)}`).join(', '),
+      'RateLimit',
+      decided
+        .map((d) => `"${d.rule.name}";r=${remainingAfter(d, outcome.allowed, d.cost)};t=${resetSeconds(d)}`)
+        .join(', '),
+    ];
+  } else {
+    headers = [];
   }
-  if (!outcome.allowed) headers.push(['Retry-After', String(retryAfterSeconds(reported))]);
+  if (!outcome.allowed) headers.push('Retry-After', String(retryAfterSeconds(reported)));
   return headers;
 }
 

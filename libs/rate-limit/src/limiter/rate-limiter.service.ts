@@ -22,7 +22,7 @@ import {
   type RateLimitRule,
   validateRule,
 } from '../rules/rate-limit-rule.js';
-import { capacityOf } from '../store/rate-limit-store.js';
+import { type RateLimitHit, capacityOf } from '../store/rate-limit-store.js';
 import type { RateLimitInspection } from './rate-limit-inspection.js';
 import { CountOnWaits } from './count-on-waits.js';
 import { consumeEnforced } from './shadow-rules.js';
@@ -106,9 +106,8 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     } catch (error) {
       return Promise.reject(error);
     }
-    const gone = () => clientGone(context);
-    if (!waits) return this.decide(preparing as PreparedRule[], gone);
-    return Promise.all(preparing).then((prepared) => this.decide(prepared, gone));
+    if (!waits) return this.decide(preparing as PreparedRule[], context);
+    return Promise.all(preparing).then((prepared) => this.decide(prepared, context));
   }
 
   /**
@@ -143,7 +142,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.decide(prepared, neverGone);
+    return this.decide(prepared, undefined);
   }
 
   /**
@@ -211,11 +210,15 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   /**
    * One store call for all rules (none of them `'off'`). Rules with `countOn` or in `'shadow'` mode
    * may take more (`decideAsking`); the others, nearly every request, take just that one.
+   * @param context the request's: a request whose client left while it waited stops waiting, and
+   *   is refused like any connection closed before the decision. None outside HTTP.
    */
-  private decide(prepared: readonly PreparedRule[], gone: () => boolean): Promise<RateLimitOutcome> {
+  private decide(prepared: readonly PreparedRule[], context: ExecutionContext | undefined): Promise<RateLimitOutcome> {
     if (prepared.length === 0) return Promise.resolve(rateLimitOutcome([], true, []));
     for (const { hit, thresholds } of prepared) {
-      if (hit.conditional || thresholds.mode === 'shadow') return this.decideAsking(prepared, gone);
+      if (hit.conditional || thresholds.mode === 'shadow') {
+        return this.decideAsking(prepared, context ? () => clientOf(context).gone : neverGone);
+      }
     }
     return this.consumeOf(prepared).then((consumption) => this.decided(prepared, consumption));
   }
@@ -250,7 +253,11 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
 
   private outcome(prepared: readonly PreparedRule[], consumption: ResilientConsumption): RateLimitOutcome {
     const fallback = consumption.storeError !== undefined;
-    const decisions = prepared.map(({ rule, identity, thresholds, hit }, i): RuleDecision => {
+    const decisions: RuleDecision[] = [];
+    let conditional: ConditionalUnits[] = NO_CONDITIONAL_UNITS;
+    const { receipts } = consumption;
+    for (let i = 0; i < prepared.length; i += 1) {
+      const { rule, identity, thresholds, hit } = prepared[i];
       // Field by field, not spread: decisions of several shapes made the spread a slow path.
       const { allowed, limit, remaining, resetMs, provisional } = consumption.decisions[i];
       const decision: RuleDecision = {
@@ -266,47 +273,45 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         mode: thresholds.mode,
       };
       if (provisional) decision.provisional = true;
-      return decision;
-    });
-    if (this.rejections && !fallback) {
-      for (const [i, decision] of decisions.entries()) {
-        if (decision.allowed) continue;
-        const { hit } = prepared[i];
-        const shadow = decision.mode === 'shadow';
-        // Shadow lines are sampled apart, so trying a limit never hides an enforced one's lines.
-        this.rejections.record(
-          shadow ? `shadow:${hit.key}` : hit.key,
-          () =>
-            `${shadow ? 'Would reject (shadow mode)' : 'Rejected'} by rule ${decision.rule.name} (${hit.limit} per ${hit.windowMs} ms, ${hit.algorithm}), key ${hit.key}`,
-        );
+      decisions.push(decision);
+      if (!allowed && this.rejections && !fallback) this.logRejection(decision, hit);
+      const receipt = receipts?.[i];
+      if (rule.countOn !== 'all' && receipt) {
+        if (conditional === NO_CONDITIONAL_UNITS) conditional = [];
+        conditional.push({ countOn: rule.countOn, refund: { hit, receipt } });
       }
-    }
-    const conditional: ConditionalUnits[] = [];
-    const { receipts } = consumption;
-    if (receipts) {
-      prepared.forEach(({ rule, hit }, i) => {
-        const receipt = receipts[i];
-        if (rule.countOn !== 'all' && receipt) conditional.push({ countOn: rule.countOn, refund: { hit, receipt } });
-      });
     }
     return rateLimitOutcome(decisions, consumption.allowed, conditional, consumption.storeError);
   }
 
+  /** Shadow lines are sampled apart, so trying a limit never hides an enforced one's lines. */
+  private logRejection(decision: RuleDecision, hit: RateLimitHit): void {
+    const shadow = decision.mode === 'shadow';
+    this.rejections!.record(
+      shadow ? `shadow:${hit.key}` : hit.key,
+      () =>
+        `${shadow ? 'Would reject (shadow mode)' : 'Rejected'} by rule ${decision.rule.name} (${hit.limit} per ${hit.windowMs} ms, ${hit.algorithm}), key ${hit.key}`,
+    );
+  }
+
   private rulesOf(rules: RateLimitRuleRef | readonly RateLimitRuleRef[], method: string): RateLimitRule[] {
-    const list = Array.isArray(rules) ? (rules as readonly RateLimitRuleRef[]) : [rules as RateLimitRuleRef];
+    if (!Array.isArray(rules)) return [this.ruleOf(rules as RateLimitRuleRef, method)];
+    const list = rules as readonly RateLimitRuleRef[];
     if (list.length === 0) throw new RateLimitConfigurationError(`RateLimiterService.${method}: no rule given`);
-    return list.map((ref) => {
-      if (typeof ref === 'string') return this.registry.named(ref);
-      let rule = this.givenRules.get(ref);
-      if (!rule) {
-        const subject = `RateLimiterService.${method}: rule ${JSON.stringify(ref?.name)}`;
-        // Without `by`, the identity counts as the caller gives it (not as a client address).
-        const options = typeof ref === 'object' && ref !== null ? { by: identityAsGiven, ...ref } : ref;
-        rule = validateRule(options, `RateLimiterService.${method}`, undefined, subject);
-        this.givenRules.set(ref, rule);
-      }
-      return rule;
-    });
+    return list.map((ref) => this.ruleOf(ref, method));
+  }
+
+  private ruleOf(ref: RateLimitRuleRef, method: string): RateLimitRule {
+    if (typeof ref === 'string') return this.registry.named(ref);
+    let rule = this.givenRules.get(ref);
+    if (!rule) {
+      const subject = `RateLimiterService.${method}: rule ${JSON.stringify(ref?.name)}`;
+      // Without `by`, the identity counts as the caller gives it (not as a client address).
+      const options = typeof ref === 'object' && ref !== null ? { by: identityAsGiven, ...ref } : ref;
+      rule = validateRule(options, `RateLimiterService.${method}`, undefined, subject);
+      this.givenRules.set(ref, rule);
+    }
+    return rule;
   }
 
   /** The module's clock in whole ms, or undefined for the store's own. */
@@ -315,6 +320,9 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     return clock ? Math.floor(clock()) : undefined;
   }
 }
+
+/** The `conditional` of nearly every outcome: no rule with `countOn`. */
+const NO_CONDITIONAL_UNITS = Object.freeze([]) as unknown as ConditionalUnits[];
 
 /** Work outside HTTP has no connection that could close. */
 function neverGone(): boolean {
@@ -330,12 +338,4 @@ function checkIdentity(identity: unknown, method: string): void {
 /** The `by` of a rule given as options without one: only ever asked outside HTTP, where the caller names the identity. */
 function identityAsGiven(): string {
   throw new Error('A rule given to RateLimiterService has no HTTP identity');
-}
-
-/**
- * Whether the client closed its connection: a request whose client left while it waited stops
- * waiting, and is refused like any connection closed before the decision (its handler never runs).
- */
-function clientGone(context: ExecutionContext): boolean {
-  return clientOf(context).gone;
 }

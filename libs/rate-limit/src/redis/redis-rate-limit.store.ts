@@ -129,32 +129,25 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
   private consumeFast(hits: readonly RateLimitHit[]): Promise<RateLimitConsumption> {
     const { keys, args } = encodeFast(hits);
     return this.scripts.run(FIXED_WINDOW_FAST_SCRIPT, keys, args).then((answer) => {
-      const reply = decodeFast(answer, hits);
-      if (!reply) return this.consumeFull(hits, undefined);
-      const { now, decisions, repaired, allowed } = reply;
-      for (let i = 0; i < hits.length; i += 1) if (repaired[i]) this.reportRepaired(hits[i]);
-      // Each window is named by its start, as the full script names it.
-      const windowStart = (i: number) => now + decisions[i].resetMs - hits[i].windowMs;
-      // One admission per call, so no nonce is needed (a fixed window's refund takes units, not a member).
-      const receipts = allowed
-        ? hits.map((_, i): RateLimitReceipt => ({ admittedAt: now, nonce: '', windowStart: windowStart(i) }))
-        : undefined;
-      const consumption = { allowed, decisions, receipts };
+      const consumption = decodeFast(answer, hits, this.reportRepaired);
+      if (!consumption) return this.consumeFull(hits, undefined);
       if (!this.lostWrites && !this.replicaWait) return consumption;
+      // Each window is named by its start, as the full script names it.
+      const { now, decisions } = consumption;
       return this.defended(
         hits,
         consumption,
-        hits.map((_, i) => windowStart(i)),
+        hits.map((hit, i) => now + decisions[i].resetMs - hit.windowMs),
       );
     });
   }
 
-  private reportRepaired(hit: RateLimitHit): void {
+  private readonly reportRepaired = (hit: RateLimitHit): void => {
     this.problems.report(
       `repaired:${hit.key.replace(/\{[^}]*\}/, '{}')}`,
       `Mended a key found corrupt or without a TTL (${hit.key}, among others)`,
     );
-  }
+  };
 
   /** Any hits: the full script (CONSUME_SCRIPTS), one call per slot, and the failover defences. */
   private async consumeFull(hits: readonly RateLimitHit[], now: number | undefined): Promise<RateLimitConsumption> {

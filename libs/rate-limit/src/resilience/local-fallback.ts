@@ -65,7 +65,8 @@ export class LocalFallback {
 
   /** Notes what Redis reported for each hit of a request. */
   remember(hits: readonly RateLimitHit[], consumption: RateLimitConsumption, now: number): void {
-    hits.forEach((hit, i) => {
+    for (let i = 0; i < hits.length; i += 1) {
+      const hit = hits[i];
       const resetAt = now + consumption.decisions[i].resetMs;
       const used = committedUnits(hit, consumption, i);
       const seen = this.lastSeen.get(hit.key);
@@ -83,7 +84,7 @@ export class LocalFallback {
       } else {
         this.lastSeen.set(hit.key, { used: latest, limit: hit.limit, seenAt: now, resetAt });
       }
-    });
+    }
   }
 
   /** Reset keys start afresh: what Redis last said of them no longer holds. */

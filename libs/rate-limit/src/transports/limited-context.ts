@@ -43,7 +43,8 @@ export function transportOf(context: ExecutionContext): LimitedTransport | undef
  */
 export function httpRequestOf(context: ExecutionContext): object | undefined {
   const transport = context.getType<string>();
-  if (transport === 'http') return context.switchToHttp().getRequest<object>();
+  // As `switchToHttp().getRequest()` reads it, without the functions that call adds to the context.
+  if (transport === 'http') return context.getArgByIndex<object>(0);
   if (transport !== 'graphql') return undefined;
   const gql = context.getArgByIndex<{ req?: object; request?: object; reply?: { request?: object } } | undefined>(2);
   // Mercurius's context holds the reply, which holds the request.
@@ -109,5 +110,5 @@ export function answerHalfClosedClients(server: unknown): void {
  * arguments array Nest hands every guard of that one call.
  */
 export function invocationOf(context: ExecutionContext): object {
-  return context.getType<string>() === 'http' ? context.switchToHttp().getRequest<object>() : context.getArgs();
+  return context.getType<string>() === 'http' ? context.getArgByIndex<object>(0) : context.getArgs();
 }

@@ -1,4 +1,9 @@
-import type { RateLimitDecision, RateLimitHit } from '../../store/rate-limit-store.js';
+import type {
+  RateLimitConsumption,
+  RateLimitDecision,
+  RateLimitHit,
+  RateLimitReceipt,
+} from '../../store/rate-limit-store.js';
 import { RedisScript } from '../redis-script.js';
 
 /**
@@ -96,30 +101,34 @@ export function encodeFast(hits: readonly RateLimitHit[]): { keys: string[]; arg
   return { keys, args };
 }
 
-/** A reply read: Redis's time of the decision, and per rule its decision. */
-export interface FastReply {
+/** A reply read: the decisions, and Redis's time of them. */
+export interface FastConsumption extends RateLimitConsumption {
+  /** Redis's time of the decision (ms). */
   now: number;
-  decisions: RateLimitDecision[];
-  /** Per rule: the counter was found without a TTL and given one. */
-  repaired: boolean[];
-  allowed: boolean;
 }
 
 /**
  * The reply read, in hit order; undefined when the full script must decide (nothing was changed).
- * Throws on a reply of another shape.
+ * Receipts name each admitted unit's window by its start (`now + reset - window`), as the full
+ * script's do. `repaired` is told of each counter found without a TTL. Throws on a reply of another
+ * shape.
  */
-export function decodeFast(reply: unknown, hits: readonly RateLimitHit[]): FastReply | undefined {
+export function decodeFast(
+  reply: unknown,
+  hits: readonly RateLimitHit[],
+  repaired: (hit: RateLimitHit) => void,
+): FastConsumption | undefined {
   if (reply === null) return undefined;
   if (!Array.isArray(reply) || reply.length !== hits.length + 1 || !reply.every(Number.isSafeInteger)) {
     throw new Error(`The consume script replied ${JSON.stringify(reply)} for ${hits.length} rules`);
   }
+  const now = reply[0] as number;
   const decisions: RateLimitDecision[] = [];
-  const repaired: boolean[] = [];
   let allowed = true;
   for (let i = 0; i < hits.length; i += 1) {
     const hit = hits[i];
     const value = reply[i + 1] as number;
+    if (value < 0) repaired(hit);
     const packed = value < 0 ? -value - 1 : value;
     const span = hit.windowMs + 1;
     const count = Math.floor(packed / span);
@@ -131,7 +140,14 @@ export function decodeFast(reply: unknown, hits: readonly RateLimitHit[]): FastR
       remaining: Math.max(0, hit.limit - (admits ? count : count - hit.cost)),
       resetMs: packed - count * span,
     });
-    repaired.push(value < 0);
   }
-  return { now: reply[0] as number, decisions, repaired, allowed };
+  // One admission per call, so no nonce is needed (a fixed window's refund takes units, not a member).
+  let receipts: RateLimitReceipt[] | undefined;
+  if (allowed) {
+    receipts = [];
+    for (let i = 0; i < hits.length; i += 1) {
+      receipts.push({ admittedAt: now, nonce: '', windowStart: now + decisions[i].resetMs - hits[i].windowMs });
+    }
+  }
+  return { allowed, decisions, receipts, now };
 }
