@@ -84,7 +84,7 @@ module.exports = {
       to: HTTP,
       exceptions: [
         // The client address of `by: 'ip'` is read from the ExecutionContext in the limiter; the
-        // guard should pass the address in (or client-address reading move to limiter/). Hot path: its owner.
+        // guard should pass the address in (or the client reading move to limiter/). Hot path: its owner.
         ['limiter/prepare-hits.ts', '(transports|guard)/limited-context\\.ts'],
         ['limiter/rate-limiter.service.ts', '(transports|guard)/limited-context\\.ts'],
       ],

@@ -1,12 +1,11 @@
 import { type ExecutionContext, HttpException, InternalServerErrorException, Logger } from '@nestjs/common';
-import type { RateLimitConfigCentre } from './rate-limit-config-centre.js';
-import { RuleThresholds, type Thresholds } from './rule-thresholds.js';
-import { ALGORITHM_NAMES } from '../algorithms/algorithm.js';
-import type { RateLimitMode, RateLimitRule } from '../rules/rate-limit-rule.js';
+import type { RateLimitConfigCentre, RateLimitOverride } from './rate-limit-config-centre.js';
+import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from '../algorithms/algorithm.js';
+import { parseLimitSettings, ruleWithSettings } from '../rules/limit-settings.js';
+import { RateLimitConfigurationError, type RateLimitMode, type RateLimitRule } from '../rules/rate-limit-rule.js';
 import { ANONYMOUS_IDENTITY, ruleStateKey } from '../store/key-layout.js';
 import type { RateLimitHit } from '../store/rate-limit-store.js';
-import { clientAddressIdentity } from './client-address.js';
-import { clientOf } from '../transports/limited-context.js';
+import { clientAddressIdentity, clientOf } from '../transports/limited-context.js';
 
 /** nginx's status for a client that closed the connection first; nobody receives it, logs show it. */
 const CLIENT_CLOSED = 499;
@@ -26,9 +25,8 @@ export interface PreparedRule {
  * identity, the cost, and the state key.
  */
 export class HitPreparation {
-  private readonly logger = new Logger('RateLimit');
   private readonly thresholds: RuleThresholds;
-  private readonly warned = new Set<string>();
+  private readonly warnings = new Warnings();
 
   constructor(
     configCentre: RateLimitConfigCentre,
@@ -123,7 +121,7 @@ export class HitPreparation {
     const identity: unknown = await by(context);
     if (typeof identity === 'string' && identity !== '') return identity;
     if (typeof identity === 'number' && Number.isFinite(identity)) return String(identity);
-    this.warnOnce(
+    this.warnings.once(
       `identity:${rule.declaredOn}:${rule.name}`,
       `@RateLimit on ${rule.declaredOn}: 'by' returned ${identity === '' ? 'an empty string' : describeValue(identity)} (it runs after the app's guards, so it sees what they set); ` +
         `such requests share one '${ANONYMOUS_IDENTITY}' counter of rule ${rule.name}. To count them apart, fall back to their address (req.user?.id ?? req.ip); to refuse them, throw an HttpException from 'by'`,
@@ -136,7 +134,7 @@ export class HitPreparation {
     if (typeof cost === 'number') return cost;
     const value: unknown = await cost(context);
     if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
-    this.warnOnce(
+    this.warnings.once(
       `cost:${rule.declaredOn}:${rule.name}`,
       `@RateLimit on ${rule.declaredOn}: 'cost' returned ${describeValue(value)}, not a whole number >= 0; counting 1`,
     );
@@ -153,19 +151,126 @@ export class HitPreparation {
    */
   private noClientAddress(rule: RateLimitRule, closed: boolean): HttpException {
     if (closed) return new HttpException('The connection closed before the request was decided', CLIENT_CLOSED);
-    this.warnOnce(
+    this.warnings.once(
       `address:${rule.declaredOn}:${rule.name}`,
       `@RateLimit on ${rule.declaredOn}: requests have no client address (a Unix socket? set 'trust proxy' so req.ip names the client); they are refused with 500`,
     );
     return new InternalServerErrorException('The client address is unknown');
   }
+}
 
-  /** A misconfiguration is reported once, not per request; the set is bounded by the rules. */
-  private warnOnce(id: string, message: string): void {
-    if (this.warned.has(id) || this.warned.size >= 1_000) return;
-    this.warned.add(id);
+/** What a rule counts with for one request. */
+export interface Thresholds {
+  count: number;
+  windowMs: number;
+  algorithm: RateLimitAlgorithmName;
+  mode: RateLimitMode;
+  /** token-bucket and gcra: capacity (the rule's `burst`, else `count`). */
+  burst: number;
+}
+
+/**
+ * A rule's thresholds for this request: the config centre's values where valid, the decorator's
+ * otherwise. Values are validated as bootstrap validates decorators, once per object the centre
+ * returns (a centre returns the same object while its values stand). An invalid value (or a config
+ * centre that throws) is warned about once per key and value, never per request, and the request
+ * goes on with the decorator's values.
+ */
+export class RuleThresholds {
+  private readonly warnings = new Warnings();
+  /** The decorator's thresholds, with the module's mode where the rule has none. */
+  private readonly declared = new WeakMap<RateLimitRule, Thresholds>();
+  /** The thresholds last made of a centre's values, by the object that held them. */
+  private readonly overridden = new WeakMap<RateLimitRule, { override: RateLimitOverride; thresholds: Thresholds }>();
+
+  constructor(
+    private readonly centre: RateLimitConfigCentre,
+    private readonly moduleMode: RateLimitMode,
+  ) {}
+
+  /** The decorator's thresholds, with the module's mode where the rule has none. */
+  declaredOf(rule: RateLimitRule): Thresholds {
+    let declared = this.declared.get(rule);
+    if (!declared) this.declared.set(rule, (declared = this.thresholdsOf(rule)));
+    return declared;
+  }
+
+  resolve(rule: RateLimitRule): Thresholds {
+    const declared = this.declaredOf(rule);
+    const { configKey } = rule;
+    if (configKey === undefined) return declared;
+    let override;
+    try {
+      override = this.centre.get(configKey);
+    } catch (error) {
+      this.warnings.once(
+        `${configKey}#error`,
+        `Config centre failed for '${configKey}' (${String(error)}); using ${describe(rule)} from @RateLimit on ${rule.declaredOn}`,
+      );
+      return declared;
+    }
+    if (override === undefined || override === null) return declared;
+    const last = this.overridden.get(rule);
+    if (last?.override === override) return last.thresholds;
+    const thresholds = this.withOverride(rule, override) ?? declared;
+    this.overridden.set(rule, { override, thresholds });
+    return thresholds;
+  }
+
+  /**
+   * Field by field: an invalid field means the decorator's value for that field (a bad window from
+   * the environment must not undo a count an operator set live); valid fields that no rule of the
+   * key could take together (a count below a fixed cost) mean the decorator's values for all.
+   */
+  private withOverride(rule: RateLimitRule, override: RateLimitOverride): Thresholds | undefined {
+    const subject = `Config centre values ${JSON.stringify(override)} of '${rule.configKey}'`;
+    const { settings, problems } = parseLimitSettings(override);
+    const warn = (problem: string, using: string) =>
+      this.warnings.once(`${rule.configKey}#${rule.name}#${JSON.stringify(override)}`, `${problem}; ${using}`);
+    let overridden: RateLimitRule;
+    try {
+      overridden = ruleWithSettings(rule, settings, subject);
+    } catch (error) {
+      if (!(error instanceof RateLimitConfigurationError)) throw error;
+      warn(
+        [...problems, ...error.problems].join('; '),
+        `using ${describe(rule)} from @RateLimit on ${rule.declaredOn}`,
+      );
+      return undefined;
+    }
+    if (problems.length > 0) {
+      warn(`${subject}: ${problems.join('; ')}`, `those fields are the decorator's on ${rule.declaredOn}`);
+    }
+    return this.thresholdsOf(overridden);
+  }
+
+  private thresholdsOf(rule: RateLimitRule): Thresholds {
+    return {
+      count: rule.count,
+      windowMs: rule.windowMs,
+      algorithm: rule.algorithm,
+      mode: rule.mode ?? this.moduleMode,
+      burst: rule.burst ?? rule.count,
+    };
+  }
+}
+
+/** Says each misconfiguration once, never per request. */
+class Warnings {
+  private readonly logger = new Logger('RateLimit');
+  private readonly said = new Set<string>();
+
+  once(id: string, message: string): void {
+    // Bounded: a config value that keeps changing to new invalid values is a misconfiguration, not
+    // an attack, but the set must not grow without end either.
+    if (this.said.has(id) || this.said.size >= 1_000) return;
+    this.said.add(id);
     this.logger.warn(message);
   }
+}
+
+function describe(rule: RateLimitRule): string {
+  return `count ${rule.count} per ${rule.windowMs} ms`;
 }
 
 function describeValue(value: unknown): string {

@@ -128,7 +128,10 @@ export class CallDeadlines {
       this.queue = queue.slice(this.head);
       this.head = 0;
     }
-    if (this.head < this.queue.length) this.arm(this.queue[this.head].at - now);
+    // A call not sent yet has no deadline: `sent` arms the timer for it.
+    if (this.head < this.queue.length && this.queue[this.head].at !== Infinity) {
+      this.arm(this.queue[this.head].at - now);
+    }
   };
 }
 

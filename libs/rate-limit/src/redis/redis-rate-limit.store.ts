@@ -121,8 +121,10 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
 
   /** Whether FIXED_WINDOW_FAST_SCRIPT can decide these hits in one call (one slot on Cluster). */
   private allFast(hits: readonly RateLimitHit[]): boolean {
-    if (hits.length === 1) return isFastHit(hits[0]);
-    return hits.every(isFastHit) && this.groupBySlot(hits.map((hit) => hit.key)).length === 1;
+    for (const hit of hits) if (!isFastHit(hit)) return false;
+    return (
+      hits.length === 1 || !isCluster(this.redis.client) || this.groupBySlot(hits.map((hit) => hit.key)).length === 1
+    );
   }
 
   /** One FIXED_WINDOW_FAST_SCRIPT call; the full script when it asks for it (a key to repair). */
@@ -331,6 +333,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
   /** Indices of keys grouped by hash slot; everything in one group on a standalone server. */
   private groupBySlot(keys: readonly string[]): number[][] {
     if (keys.length === 1) return [[0]];
+    if (!isCluster(this.redis.client)) return [keys.map((_, i) => i)];
     const bySlot = new Map<number, number[]>();
     keys.forEach((key, i) => {
       const slot = this.slotOf(key);

@@ -1,5 +1,11 @@
-import { type RateLimitConsumption, type RateLimitHit, capacityOf } from '../store/rate-limit-store.js';
-import type { BlockedKeys } from './blocked-keys.js';
+import { LRUCache } from 'lru-cache';
+import {
+  type RateLimitConsumption,
+  type RateLimitDecision,
+  type RateLimitHit,
+  capacityOf,
+  unaskedDecision,
+} from '../store/rate-limit-store.js';
 import {
   type DecidingStore,
   DecidingStoreLayer,
@@ -12,15 +18,12 @@ import {
  * The block cache as a layer: keys a shared store refused are refused here until the reset it
  * reported (`BlockedKeys`), and calls of one key wait while those in flight may reach its limit
  * (`KeysInFlight`), so an attack on one key costs the store about one call per key per window per
- * instance. Wired only for a store that tells every instance of lowered counts (`watching`).
+ * instance. Wired only for a store that tells every instance of lowered counts.
  */
 export class BlockCacheStore extends DecidingStoreLayer {
   private readonly inFlight = new KeysInFlight();
 
-  /**
-   * @param blocked told by the store of the keys any instance lowered (the module wires that).
-   * @param clock the module's `clock`, if it has one: the time of the calls.
-   */
+  /** @param clock the module's `clock`, if it has one: the time of the calls. */
   constructor(
     inner: DecidingStore,
     private readonly blocked: BlockedKeys,
@@ -30,10 +33,7 @@ export class BlockCacheStore extends DecidingStoreLayer {
     super(inner);
   }
 
-  /**
-   * Every hit asked below, unless the block cache knows the answer. Without a wait, one promise
-   * beyond the layer below's: this is the path nearly every request takes.
-   */
+  /** Every hit asked below unless the block cache knows the answer: nearly every request's path. */
   consume(
     hits: readonly RateLimitHit[],
     rules: readonly HitHandling[],
@@ -132,6 +132,92 @@ export class BlockCacheStore extends DecidingStoreLayer {
   }
 }
 
+/**
+ * A key the store refused with nothing left, until the time it said a hit would be admitted (on
+ * the clock of the calls), for the limit then (another limit is another question) and the cost
+ * refused (a cheaper hit may fit sooner).
+ */
+type Block = { until: number; limit: number; cost: number };
+
+/**
+ * Keys a shared store refused, remembered until the reset it reported. Only refusals that leave
+ * nothing (`remaining` 0) are kept, and a hit is refused here only when it costs at least what was
+ * refused: a store's decision for a key improves only with time, or by a refund, a reset or a
+ * higher limit, and each lifts the block (`forget`, told by the store for every instance, or the
+ * limit compared on every hit). Blocks are kept only while that news reaches this instance
+ * (`listening`), and never for `countOn` rules, which refund by design.
+ * Times are taken from before the store's call was sent, so a block ends no later than the store's.
+ */
+export class BlockedKeys {
+  private readonly blocks: LRUCache<string, Block>;
+  /** Only while news of lifted keys reaches this instance (`listening`). */
+  private enabled = false;
+  /** Moves on every forgetting: a store's answer sent before one may predate a reset. */
+  private generation = 0;
+
+  constructor(maxKeys: number) {
+    this.blocks = new LRUCache({ max: maxKeys });
+  }
+
+  /**
+   * The store's decision again, for a request with a hit known to be refused at `now`; undefined
+   * when it must ask. The other hits were not asked: they read as admitting with their full limit.
+   */
+  refusal(hits: readonly RateLimitHit[], now: number): RateLimitConsumption | undefined {
+    if (!this.enabled || this.blocks.size === 0) return undefined;
+    let refused: (RateLimitDecision | undefined)[] | undefined;
+    for (let i = 0; i < hits.length; i += 1) {
+      const hit = hits[i];
+      const block = this.blocks.get(hit.key);
+      if (!block || hit.conditional || hit.cost < block.cost || block.limit !== hit.limit || block.until <= now)
+        continue;
+      refused ??= [];
+      refused[i] = { allowed: false, limit: hit.limit, remaining: 0, resetMs: Math.ceil(block.until - now) };
+    }
+    if (!refused) return undefined;
+    const decisions = hits.map((hit, i): RateLimitDecision => refused![i] ?? unaskedDecision(hit));
+    return { allowed: false, decisions, receipts: undefined };
+  }
+
+  /** Where forgetting stands: pass it to `learn` for a call sent now. */
+  get since(): number {
+    return this.generation;
+  }
+
+  /**
+   * Keeps the refusals of a store's answer to a call sent at `sentAt`, when `since` was `since`:
+   * unless keys were forgotten meanwhile, since the answer may predate their reset.
+   */
+  learn(hits: readonly RateLimitHit[], consumption: RateLimitConsumption, sentAt: number, since: number): void {
+    if (!this.enabled || consumption.allowed || since !== this.generation) return;
+    for (let i = 0; i < hits.length; i += 1) {
+      const hit = hits[i];
+      const decision = consumption.decisions[i];
+      if (decision.allowed || decision.provisional || decision.remaining > 0 || hit.conditional || hit.cost === 0) {
+        continue;
+      }
+      this.blocks.set(hit.key, { until: sentAt + decision.resetMs, limit: hit.limit, cost: hit.cost });
+    }
+  }
+
+  /** Keys reset or refunded: the store may admit them again. */
+  forget(keys: readonly string[]): void {
+    if (keys.length === 0) return;
+    this.generation += 1;
+    for (const key of keys) this.blocks.delete(key);
+  }
+
+  /**
+   * Whether news of lifted keys reaches this instance. Either way every block goes: some may have
+   * been lifted unseen. None is kept or served until it does.
+   */
+  listening(on: boolean): void {
+    this.generation += 1;
+    this.blocks.clear();
+    this.enabled = on;
+  }
+}
+
 /** One key's calls that the store has not answered yet. */
 interface KeyInFlight {
   /** Units of this key in those calls. */
@@ -139,24 +225,21 @@ interface KeyInFlight {
   /** What the store last said was left of the key, while calls have been in flight; unknown before. */
   left: number | undefined;
   /** Calls held until one of this key's is answered: woken with the error when it failed. */
-  waiting: ((error: unknown) => void)[];
+  waiting: ((error: unknown) => void)[] | undefined;
 }
 
 /**
- * Keeps a burst on one key from asking the store once per request before any answer is back: one
- * GraphQL request with thousands of aliases of a limited field, or an attack's concurrent requests
- * for one identity, would otherwise all reach Redis before the first refusal could be kept by the
- * block cache. A call goes at once while none of its keys has units in flight, or while the units in
- * flight and its own fit in what the store last said was left (the limit, before it said anything);
- * otherwise it is held until a call of that key is answered, and then asks the block cache again.
- * So a burst costs the store about one call per unit the limit admits, plus one that learns the
- * refusal; the block cache answers the rest.
+ * Keeps a burst on one key (a GraphQL request with thousands of aliases, an attack's concurrent
+ * requests) from all reaching the store before its first refusal is kept. A call goes at once while
+ * none of its keys has units in flight, or while those and its own fit in what the store last said
+ * was left (the limit, before it said anything); otherwise it is held until a call of that key is
+ * answered, then asks the block cache again. So a burst costs the store about one call per unit the
+ * limit admits, plus one that learns the refusal.
  *
- * It only orders calls, never decides one: what the store last said may be stale (another instance
- * consumed since, or a window ended), which only makes a call wait one answer longer. Only hits the
- * block cache can refuse are held (not `countOn` hits, not free ones), and no call waits on a key
- * with nothing in flight, so traffic spread over many keys, or on a key far from its limit, never
- * waits.
+ * It only orders calls, never decides one: a stale figure (another instance consumed since, a window
+ * ended) only makes a call wait one answer longer. Only hits the block cache can refuse are held
+ * (not `countOn` hits, not free ones), and traffic over many keys, or on a key far from its limit,
+ * never waits.
  */
 class KeysInFlight {
   private readonly keys = new Map<string, KeyInFlight>();
@@ -172,14 +255,14 @@ class KeysInFlight {
       if (!held(hit)) continue;
       const inFlight = this.keys.get(hit.key);
       if (inFlight && inFlight.units > 0 && inFlight.units + hit.cost > (inFlight.left ?? capacityOf(hit))) {
-        return new Promise((resolve) => inFlight.waiting.push(resolve));
+        return new Promise((resolve) => (inFlight.waiting ??= []).push(resolve));
       }
     }
     for (const hit of hits) {
       if (!held(hit)) continue;
       const inFlight = this.keys.get(hit.key);
       if (inFlight) inFlight.units += hit.cost;
-      else this.keys.set(hit.key, { units: hit.cost, left: undefined, waiting: [] });
+      else this.keys.set(hit.key, { units: hit.cost, left: undefined, waiting: undefined });
     }
     return undefined;
   }
@@ -189,29 +272,29 @@ class KeysInFlight {
    * Wakes the calls held on its keys.
    */
   answered(hits: readonly RateLimitHit[], consumption: RateLimitConsumption | undefined, error?: unknown): void {
-    hits.forEach((hit, i) => {
-      if (!held(hit)) return;
-      const inFlight = this.keys.get(hit.key);
-      if (!inFlight) return;
+    for (let i = 0; i < hits.length; i += 1) {
+      const hit = hits[i];
+      const inFlight = held(hit) ? this.keys.get(hit.key) : undefined;
+      if (!inFlight) continue;
       inFlight.units -= hit.cost;
       if (consumption) inFlight.left = consumption.decisions[i].remaining;
       const { waiting } = inFlight;
-      if (waiting.length === 0) {
+      if (!waiting) {
         if (inFlight.units === 0) this.keys.delete(hit.key);
-        return;
+        continue;
       }
       // All of them ask again, in the order they came: the first ones go, the rest are held again
       // or refused by the block cache (`leave`). The entry stays for them: it holds what was left.
-      inFlight.waiting = [];
+      inFlight.waiting = undefined;
       for (const wake of waiting) wake(error);
-    });
+    }
   }
 
   /** A call that was held is decided without the store after all (the block cache refused it). */
   leave(hits: readonly RateLimitHit[]): void {
     for (const hit of hits) {
       const inFlight = this.keys.get(hit.key);
-      if (inFlight && inFlight.units === 0 && inFlight.waiting.length === 0) this.keys.delete(hit.key);
+      if (inFlight && inFlight.units === 0 && !inFlight.waiting) this.keys.delete(hit.key);
     }
   }
 }
