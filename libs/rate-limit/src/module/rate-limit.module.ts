@@ -35,6 +35,7 @@ import { DecidingStore } from '../resilience/deciding-store.js';
 import { LeasedUnits } from '../resilience/leased-units.js';
 import { LeasingStore } from '../resilience/leasing.store.js';
 import { ResilientStore } from '../resilience/resilient-store.js';
+import { DeclaredRulesCheck } from '../rules/declared-rules-check.js';
 import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 import { MemoryRateLimitStore } from '../store/memory-rate-limit.store.js';
 import { RateLimitStore } from '../store/rate-limit-store.js';
@@ -245,6 +246,8 @@ const configCentreProvider: Provider = {
     metricsProvider,
     RateLimitHealthIndicator,
     RateLimitRuleRegistry,
+    // Every @RateLimit of the app checked at bootstrap, and compiled into the registry.
+    DeclaredRulesCheck,
     RateLimiterService,
     RateLimitManagementService,
     RateLimitGuard,

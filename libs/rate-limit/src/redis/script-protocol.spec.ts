@@ -1,6 +1,8 @@
 import { describe, expect, expectTypeOf, it } from 'vitest';
 import type { RateLimitHit } from '../store/rate-limit-store.js';
-import { bits, defineScriptLayout, type LayoutDeclaration, luaStringTable } from './script-protocol.js';
+import { bits, type LayoutDeclaration } from './script-layout.js';
+import { luaStringTable } from './script-layout-lua.js';
+import { defineScriptLayout } from './script-protocol.js';
 import { ALGORITHM_NAMES } from '../algorithms/algorithm.js';
 import { CONSUME_LAYOUT, CONSUME_SCRIPTS, decodeConsume, encodeConsume } from './scripts/consume.script.js';
 import { RAISE_FIXED_WINDOW_LAYOUT, RAISE_FIXED_WINDOW_SCRIPT } from './scripts/raise-fixed-window.script.js';

@@ -1,4 +1,4 @@
-import { luaStringTable } from '../../redis/script-protocol.js';
+import { luaStringTable } from '../../redis/script-layout-lua.js';
 import { SLIDING_WINDOW_FIELDS } from './fields.js';
 
 /**

@@ -1,4 +1,4 @@
-import { luaStringTable } from '../../redis/script-protocol.js';
+import { luaStringTable } from '../../redis/script-layout-lua.js';
 import { TOKEN_BUCKET_FIELDS } from './fields.js';
 
 /**

@@ -1,6 +1,7 @@
 import { markerFrom } from '../failover/lost-write-marker.js';
 import { ScriptsByAlgorithms } from '../redis-script.js';
-import { bits, defineScriptLayout } from '../script-protocol.js';
+import { bits } from '../script-layout.js';
+import { defineScriptLayout } from '../script-protocol.js';
 import { keysBeside } from '../../store/key-layout.js';
 import type { RateLimitHit } from '../../store/rate-limit-store.js';
 import { ALGORITHM_ARGS, algorithmArgs, algorithmsLua } from './shared.lua.js';

@@ -1,7 +1,8 @@
 import { FIXED_WINDOW_FIELDS } from '../../algorithms/fixed-window/fields.js';
 import { TTL_WINDOW_START_LUA } from '../../algorithms/fixed-window/fixed-window.lua.js';
 import { RedisScript } from '../redis-script.js';
-import { defineScriptLayout, luaStringTable } from '../script-protocol.js';
+import { luaStringTable } from '../script-layout-lua.js';
+import { defineScriptLayout } from '../script-protocol.js';
 
 /** The call and reply of RAISE_FIXED_WINDOW_SCRIPT: the state key, the window's start and length, the figure. */
 export const RAISE_FIXED_WINDOW_LAYOUT = defineScriptLayout('raise-fixed-window', {
