@@ -26,8 +26,8 @@
 import { Redis } from 'ioredis';
 import { Registry } from 'prom-client';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
-import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from 'nest-rate-limit';
-import { ruleKeyId } from 'nest-rate-limit/store';
+import type { RateLimitAlgorithmName } from 'nest-rate-limit';
+import { ALGORITHM_NAMES, ruleKeyId } from 'nest-rate-limit/store';
 import { startRedisServer } from '../test/support/redis-server.js';
 import { redisCpuUs } from './support/redis-cpu.js';
 import { REDIS_MEMORY_ARGS, redisBytesPerKey } from './support/redis-memory.js';

@@ -1,7 +1,8 @@
 import { Controller, Get, type INestApplication } from '@nestjs/common';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RateLimit, RedisService } from 'nest-rate-limit';
+import { RateLimit } from 'nest-rate-limit';
+import { RedisService } from 'nest-rate-limit/store';
 import { until } from '../support/poll.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from 'nest-rate-limit';
-import { MemoryRateLimitStore, type RateLimitHit, type RateLimitStore } from 'nest-rate-limit/store';
+import type { RateLimitAlgorithmName } from 'nest-rate-limit';
+import { ALGORITHM_NAMES, MemoryRateLimitStore, type RateLimitHit, type RateLimitStore } from 'nest-rate-limit/store';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createStore } from '../support/store-module.js';
 import { uniquePrefix } from '../support/test-app.js';

@@ -1,8 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import type { RateLimitStoreErrorOptions } from 'nest-rate-limit';
-import type { RateLimitStore } from 'nest-rate-limit/store';
+import type { RateLimitStore, RateLimitStoreErrorOptions } from 'nest-rate-limit/store';
 import { fixedWindowCount } from '../support/inspect.js';
 import { LogCapture } from '../support/log-capture.js';
 import { until } from '../support/poll.js';

@@ -1,7 +1,13 @@
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { ALGORITHM_NAMES, type RateLimitAlgorithmName, type RedisService } from 'nest-rate-limit';
-import { type RateLimitHit, type RateLimitStore, keysBeside } from 'nest-rate-limit/store';
+import type { RateLimitAlgorithmName } from 'nest-rate-limit';
+import {
+  ALGORITHM_NAMES,
+  type RateLimitHit,
+  type RateLimitStore,
+  type RedisService,
+  keysBeside,
+} from 'nest-rate-limit/store';
 import { fixedWindowCount, plantFixedWindow } from '../support/inspect.js';
 import { LogCapture } from '../support/log-capture.js';
 import { until } from '../support/poll.js';

@@ -3,13 +3,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Controller, Get, type INestApplication } from '@nestjs/common';
 import type { Redis } from 'ioredis';
-import { RateLimit, RateLimitConfigurationError, RateLimiterService, RedisService } from 'nest-rate-limit';
+import { RateLimit, RateLimitConfigurationError, RateLimiterService } from 'nest-rate-limit';
 import {
   RateLimitConfigCentre,
   RateLimitManagementService,
   type RateLimitOverride,
   RedisConfigCentre,
 } from 'nest-rate-limit/live';
+import { RedisService } from 'nest-rate-limit/store';
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { LogCapture } from '../support/log-capture.js';

@@ -2,8 +2,9 @@ import type { INestApplication } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from 'nest-rate-limit';
+import type { RateLimitAlgorithmName } from 'nest-rate-limit';
 import {
+  ALGORITHM_NAMES,
   MemoryRateLimitStore,
   type RateLimitConsumption,
   type RateLimitHit,

@@ -1,6 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { type RedisService } from 'nest-rate-limit';
-import { type RateLimitStore } from 'nest-rate-limit/store';
+import { type RateLimitStore, type RedisService } from 'nest-rate-limit/store';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createStore, hit } from '../support/store-module.js';
 import { uniquePrefix } from '../support/test-app.js';

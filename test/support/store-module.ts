@@ -5,9 +5,8 @@ import {
   RateLimitModule,
   type RateLimitModuleOptions,
   RateLimiterService,
-  RedisService,
 } from 'nest-rate-limit';
-import { type RateLimitHit, RateLimitStore } from 'nest-rate-limit/store';
+import { type RateLimitHit, RateLimitStore, RedisService } from 'nest-rate-limit/store';
 
 /**
  * The library's store as a Nest app builds it (Redis when `options.redis` is set), without HTTP,

@@ -11,8 +11,8 @@
 import 'reflect-metadata';
 import { parseArgs } from 'node:util';
 import { NestFactory } from '@nestjs/core';
-import { RATE_LIMIT_DEFAULTS, RateLimitModule, RedisService, redisOptionsFromEnv } from 'nest-rate-limit';
-import { keyIdOf } from 'nest-rate-limit/store';
+import { RATE_LIMIT_DEFAULTS, RateLimitModule, redisOptionsFromEnv } from 'nest-rate-limit';
+import { RedisService, keyIdOf } from 'nest-rate-limit/store';
 
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 

@@ -15,8 +15,9 @@
  */
 import 'reflect-metadata';
 import { NestFactory } from '@nestjs/core';
-import { RateLimitConfigurationError, RateLimitModule, RedisService, redisOptionsFromEnv } from 'nest-rate-limit';
+import { RateLimitConfigurationError, RateLimitModule, redisOptionsFromEnv } from 'nest-rate-limit';
 import { RateLimitManagementService, RedisConfigCentre } from 'nest-rate-limit/live';
+import { RedisService } from 'nest-rate-limit/store';
 
 const USAGE = `usage: nest-rate-limit-limits list
        nest-rate-limit-limits get <configKey>

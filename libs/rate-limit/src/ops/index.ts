@@ -1,6 +1,11 @@
 // 'nest-rate-limit/ops': watching it run. The health indicator, what the metrics label a decision
-// with (the metrics themselves come with the `metrics` option), and the key audit's report.
+// with (the metrics themselves come with the `metrics` option), the circuit breaker's state (health
+// and `RedisService.circuitState` report it), the key audit's report, and the types of the
+// `logging` option.
 
 export { RateLimitHealthIndicator, type RateLimitHealth } from './rate-limit-health.indicator.js';
 export type { RateLimitDecisionOutcome } from '../limiter/decision-observer.js';
+export type { CircuitBreakerState } from '../redis/redis-circuit-breaker.js';
 export type { KeyAuditReport } from '../redis/key-audit.js';
+export type { RateLimitLoggingOptions } from '../module/options.js';
+export type { SampledLogLevel } from '../logging/sampled-logger.js';

@@ -1,6 +1,8 @@
-// 'nest-rate-limit/store': for a store of your own (the `store` option) and for reading what the
-// stores keep. The contract, the in-process store, the key layout, the fields each algorithm stores
-// in Redis, and the script object `RedisService.run` takes.
+// 'nest-rate-limit/store': for a store of your own (the `store` option), for the library's Redis
+// and for reading what the stores keep. The contract, the in-process store, the key layout, the
+// algorithms' names and the fields each stores in Redis; the Redis connection (`RedisService`), the
+// script object its `run` takes, and the types of the `redis`, `storeErrors` (with its
+// `circuitBreaker`) and `failover` options.
 
 export {
   RateLimitStore,
@@ -15,5 +17,9 @@ export {
 } from './rate-limit-store.js';
 export { MemoryRateLimitStore } from './memory-rate-limit.store.js';
 export { rateLimitKey, rateLimitKeys, keysBeside, keyIdOf, ruleKeyId, type RateLimitKeysBeside } from './key-layout.js';
+export { ALGORITHM_NAMES } from '../algorithms/algorithm.js';
 export { STORED_FIELDS, STORED_TYPES } from '../algorithms/stored-fields.js';
+export { RedisService } from '../redis/redis.service.js';
 export { RedisScript } from '../redis/redis-script.js';
+export type { RateLimitRedisOptions, RateLimitStoreErrorOptions, RateLimitFailoverOptions } from '../module/options.js';
+export type { RateLimitCircuitBreakerOptions } from '../redis/redis-circuit-breaker.js';
