@@ -1,8 +1,7 @@
 import type { Socket } from 'node:net';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RedisService } from 'nest-rate-limit';
-import type { RateLimitStore } from 'nest-rate-limit/store';
+import type { RateLimitStore, RedisService } from 'nest-rate-limit/store';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createStore, hit } from '../support/store-module.js';
 import { uniquePrefix } from '../support/test-app.js';
