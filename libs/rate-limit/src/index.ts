@@ -43,5 +43,5 @@ export type { RateLimitOutcome, RuleDecision, ConditionalUnits } from './limiter
 export type { RateLimitInspection } from './limiter/rate-limit-inspection.js';
 
 // Redis: the error of a call past its deadline, the `redis` option from the environment.
-export { RedisTimeoutError } from './redis/call-deadlines.js';
+export { RedisTimeoutError } from './redis/call-safety.js';
 export { redisOptionsFromEnv } from './redis/redis-options-from-env.js';

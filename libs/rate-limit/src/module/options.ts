@@ -3,7 +3,6 @@ import type { Cluster, ClusterNode, ClusterOptions, Redis, RedisOptions } from '
 import type { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
 import type { RateLimitHeaderStyle } from '../http/rate-limit-headers.js';
 import type { SampledLogLevel } from '../logging/sampled-logger.js';
-import type { RateLimitCircuitBreakerOptions } from '../redis/redis-circuit-breaker.js';
 import type { RateLimitStoreErrorPolicy } from '../resilience/store-error-policy.js';
 import type { RateLimitStore } from '../store/rate-limit-store.js';
 import type { RateLimitMode } from '../rules/rate-limit-rule.js';
@@ -20,6 +19,19 @@ export type RateLimitRedisOptions =
   | { client: Redis | Cluster }
   | { cluster: ClusterNode[]; options?: ClusterOptions }
   | (RedisOptions & { url?: string });
+
+export interface RateLimitCircuitBreakerOptions {
+  /** Open when at least this share of calls in the window failed or timed out. Default 0.3. */
+  failureRatio?: number;
+  /** ...counting only windows with at least this many calls. Default 20. */
+  minimumCalls?: number;
+  /** The window the share is taken over. Default 10 s. */
+  windowMs?: number;
+  /** Open after this many failures in a row, whatever the share. Default 5. */
+  consecutiveFailures?: number;
+  /** Let one probe call through this long after opening; its success closes the circuit. Default 250 ms. */
+  halfOpenAfterMs?: number;
+}
 
 /** What happens when the store (Redis) fails, is too slow, or the circuit is open. */
 export interface RateLimitStoreErrorOptions {

@@ -5,7 +5,7 @@
 
 export { RateLimitHealthIndicator, type RateLimitHealth } from './rate-limit-health.indicator.js';
 export type { RateLimitDecisionOutcome } from '../limiter/decision-observer.js';
-export type { CircuitBreakerState } from '../redis/redis-circuit-breaker.js';
+export type { CircuitBreakerState } from '../redis/call-safety.js';
 export type { KeyAuditReport } from '../redis/key-audit.js';
 export type { RateLimitLoggingOptions } from '../module/options.js';
 export type { SampledLogLevel } from '../logging/sampled-logger.js';

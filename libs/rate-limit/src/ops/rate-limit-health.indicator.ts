@@ -2,7 +2,7 @@ import { Injectable } from '@nestjs/common';
 import { KeyAuditSchedule } from './key-audit-schedule.js';
 import { RedisConfigCentre } from '../live/redis-config-centre.js';
 import { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
-import type { CircuitBreakerState } from '../redis/redis-circuit-breaker.js';
+import type { CircuitBreakerState } from '../redis/call-safety.js';
 import { RedisService } from '../redis/redis.service.js';
 
 /** What `RateLimitHealthIndicator.isHealthy` reports under its key. */

@@ -2,8 +2,7 @@ import type { OnApplicationBootstrap, OnApplicationShutdown } from '@nestjs/comm
 import type { Histogram, Registry } from 'prom-client';
 import type { LiveConfigState } from '../live/redis-config-centre.js';
 import type { RateLimitOutcome } from '../limiter/rate-limit-outcome.js';
-import type { CircuitBreakerState } from '../redis/redis-circuit-breaker.js';
-import { RedisTimeoutError } from '../redis/call-deadlines.js';
+import { type CircuitBreakerState, RedisTimeoutError } from '../redis/call-safety.js';
 import type { StoreObserver } from '../resilience/deciding-store.js';
 import type { DecisionObserver, RateLimitDecisionOutcome } from '../limiter/decision-observer.js';
 import { isBrokenCircuitError } from 'cockatiel';

@@ -1,7 +1,7 @@
 import type { LoggerService } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
 import type { LiftedKeysWatcher } from '../store/rate-limit-store.js';
-import { withDeadline } from './call-deadlines.js';
+import { withDeadline } from './call-safety.js';
 import { isCluster } from './is-cluster.js';
 
 /** What `RedisNews.listen` tells of one channel. */

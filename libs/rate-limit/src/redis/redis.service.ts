@@ -1,12 +1,11 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
-import { type CircuitBreakerState, RedisCircuitBreaker } from './redis-circuit-breaker.js';
-import type { RedisScript } from './redis-script.js';
+import type { RedisScript } from './script-runner.js';
 import type { LiftedKeysWatcher } from '../store/rate-limit-store.js';
 import { LOG_SAMPLING } from '../module/defaults.js';
 import { mastersOf } from './masters.js';
-import { RedisTimeoutError, withDeadline } from './call-deadlines.js';
+import { type CircuitBreakerState, RedisCircuitBreaker, RedisTimeoutError, withDeadline } from './call-safety.js';
 import { type KeyAuditReport, auditRateLimitKeys } from './key-audit.js';
 import { unsupportedRedis } from './redis-version.js';
 import { isCluster } from './is-cluster.js';

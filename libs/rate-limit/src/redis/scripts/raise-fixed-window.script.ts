@@ -1,6 +1,6 @@
 import { FIXED_WINDOW_FIELDS } from '../../algorithms/fixed-window/fields.js';
 import { TTL_WINDOW_START_LUA } from '../../algorithms/fixed-window/fixed-window.lua.js';
-import { RedisScript } from '../redis-script.js';
+import { RedisScript } from '../script-runner.js';
 import { luaStringTable } from '../script-layout-lua.js';
 import { defineScriptLayout } from '../script-protocol.js';
 

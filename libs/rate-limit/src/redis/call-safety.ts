@@ -1,0 +1,307 @@
+import type { LoggerService } from '@nestjs/common';
+import {
+  CircuitBreakerPolicy,
+  CircuitState,
+  ConsecutiveBreaker,
+  type IBreaker,
+  SamplingBreaker,
+  circuitBreaker,
+  handleWhen,
+} from 'cockatiel';
+import { SampledLogger } from '../logging/sampled-logger.js';
+import type { RateLimitCircuitBreakerOptions } from '../module/options.js';
+
+/*
+ * What keeps a request's call to Redis from hanging the request or piling onto a failing server:
+ * a deadline per call, on one timer for all of them (`CallDeadlines`), and the circuit breaker
+ * that stops calling while Redis fails (`RedisCircuitBreaker`). `ScriptRunner` puts every
+ * request's call through both.
+ */
+
+/** Raised when Redis does not answer a call within `storeErrors.timeoutMs`. */
+export class RedisTimeoutError extends Error {
+  override readonly name = 'RedisTimeoutError';
+}
+
+interface Deadline {
+  /** On `performance.now()`; Infinity while the call has not gone out (`sent`). */
+  at: number;
+  readonly what: string;
+  settled: boolean;
+  readonly fail: (error: unknown) => void;
+}
+
+/** Told how each call ended, in the same step that settles it (the circuit breaker). */
+export interface CallOutcomes {
+  succeeded(): void;
+  /** A call failed (or missed its deadline): resolves to the promise the caller gets instead. */
+  failed(error: unknown): Promise<never>;
+}
+
+/** Settled entries are dropped from the queue's front in batches of at least this many. */
+const COMPACT_AFTER = 1_024;
+
+/**
+ * The deadlines of Redis calls that share one timeout, on one timer: a call costs a queue entry,
+ * not a timer of its own (set and cleared on every call, those were a measurable share of a
+ * decision). All calls have the same timeout, so deadlines fall due in the order calls were made.
+ *
+ * A call past its deadline rejects with `RedisTimeoutError` as Redis sees it, not as a stalled
+ * event loop sees it. Timers run before I/O in each turn of the event loop, so after a long
+ * synchronous stretch (a CPU-bound handler, a GC pause) the timer would fire before the reply that
+ * arrived meanwhile is read, and a healthy Redis would look slow. So the verdict waits for
+ * `setImmediate`, which runs after the loop's next I/O poll: a reply already in the socket by then
+ * settles the call first. With an idle loop this adds nothing but one turn.
+ */
+export class CallDeadlines {
+  private queue: Deadline[] = [];
+  private head = 0;
+  private timer: NodeJS.Timeout | undefined;
+  /** Calls held with the rest of their turn's (`WriteBatches`), whose deadlines start when they go out. */
+  private unsent: Deadline[] = [];
+
+  constructor(private readonly timeoutMs: number) {}
+
+  /**
+   * `promise`, or a `RedisTimeoutError` naming `what` if it has not settled in time; `outcomes` is
+   * told how it ended. One promise for all of it: every layer of promises is paid on every call.
+   * @param held the call has not gone out yet: its deadline starts at `sent()`. A loop stalled
+   *   before the call leaves must not count against Redis.
+   */
+  track<T>(promise: Promise<T>, what: string, outcomes?: CallOutcomes, held = false): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const fail = outcomes ? (error: unknown) => resolve(outcomes.failed(error)) : reject;
+      const at = held ? Infinity : performance.now() + this.timeoutMs;
+      const deadline: Deadline = { at, what, settled: false, fail };
+      this.queue.push(deadline);
+      if (held) this.unsent.push(deadline);
+      else if (this.timer === undefined) this.arm(this.timeoutMs);
+      promise.then(
+        (value) => {
+          if (deadline.settled) return;
+          this.settle(deadline);
+          outcomes?.succeeded();
+          resolve(value);
+        },
+        (error: unknown) => {
+          if (deadline.settled) return;
+          this.settle(deadline);
+          fail(error);
+        },
+      );
+    });
+  }
+
+  /**
+   * Marks a call settled, and drops the settled calls at the queue's front: replies come in the
+   * order calls were made, so the queue holds the calls in flight. (Kept until the timer, settled
+   * entries were copied by every young-generation collection: p99 several times the bare script's.)
+   */
+  private settle(deadline: Deadline): void {
+    deadline.settled = true;
+    if (this.queue[this.head] !== deadline) return;
+    while (this.head < this.queue.length && this.queue[this.head].settled) this.head += 1;
+    this.compact();
+  }
+
+  private compact(): void {
+    if (this.head === this.queue.length) {
+      this.queue.length = 0;
+      this.head = 0;
+    } else if (this.head >= COMPACT_AFTER) {
+      this.queue = this.queue.slice(this.head);
+      this.head = 0;
+    }
+  }
+
+  /** The held calls have gone out: their deadlines run from now. */
+  sent(): void {
+    if (this.unsent.length === 0) return;
+    const at = performance.now() + this.timeoutMs;
+    for (const deadline of this.unsent) deadline.at = at;
+    this.unsent = [];
+    if (this.timer === undefined) this.arm(this.timeoutMs);
+  }
+
+  private arm(ms: number): void {
+    // Unref: a call in flight keeps the process up through its socket, and an idle queue must not.
+    this.timer = setTimeout(this.fire, Math.max(1, Math.ceil(ms))).unref();
+  }
+
+  private readonly fire = (): void => {
+    this.timer = undefined;
+    const now = performance.now();
+    const { queue } = this;
+    while (this.head < queue.length) {
+      const deadline = queue[this.head];
+      if (!deadline.settled && deadline.at > now) break;
+      this.head += 1;
+      if (!deadline.settled) {
+        setImmediate(() => {
+          if (deadline.settled) return;
+          deadline.settled = true;
+          deadline.fail(new RedisTimeoutError(`Redis did not answer ${deadline.what} within ${this.timeoutMs} ms`));
+        });
+      }
+    }
+    this.compact();
+    // A call not sent yet has no deadline: `sent` arms the timer for it.
+    if (this.head < this.queue.length && this.queue[this.head].at !== Infinity) {
+      this.arm(this.queue[this.head].at - now);
+    }
+  };
+}
+
+/**
+ * Rejects with `RedisTimeoutError` when `promise` has not settled `ms` after the call, as Redis sees
+ * it, not as a stalled event loop sees it (the verdict waits for `setImmediate`, as `CallDeadlines`
+ * explains). For the calls off the request path: connecting, operators' calls, WAIT, QUIT.
+ */
+export function withDeadline<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    let settled = false;
+    const settle = (end: () => void) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      end();
+    };
+    const timeout = () => reject(new RedisTimeoutError(`Redis did not answer ${what} within ${ms} ms`));
+    const timer = setTimeout(() => setImmediate(() => settle(timeout)), ms);
+    promise.then(
+      (value) => settle(() => resolve(value)),
+      (error: unknown) => settle(() => reject(error)),
+    );
+  });
+}
+
+export type CircuitBreakerState = 'closed' | 'open' | 'half-open';
+
+const STATE_NAMES: Record<CircuitState, CircuitBreakerState> = {
+  [CircuitState.Closed]: 'closed',
+  [CircuitState.Open]: 'open',
+  [CircuitState.HalfOpen]: 'half-open',
+  [CircuitState.Isolated]: 'open',
+};
+
+/** Opens when either breaker says so: a share of recent calls failed, or several in a row did. */
+class EitherBreaker implements IBreaker {
+  constructor(private readonly breakers: readonly IBreaker[]) {}
+
+  get state(): unknown {
+    return this.breakers.map((breaker) => breaker.state);
+  }
+
+  set state(value: unknown) {
+    (value as unknown[]).forEach((state, i) => (this.breakers[i].state = state));
+  }
+
+  success(state: CircuitState): void {
+    for (const breaker of this.breakers) breaker.success(state);
+  }
+
+  failure(state: CircuitState): boolean {
+    // Every breaker must see every failure, so no short-circuiting.
+    return this.breakers.map((breaker) => breaker.failure(state)).includes(true);
+  }
+}
+
+/**
+ * Whether a failed call says Redis is failing, rather than one key is bad. A key of another type
+ * (WRONGTYPE) is an answer from a healthy Redis about that key alone: the scripts mend such keys,
+ * and if one still fails, that request is decided by its rule's `onStoreError`, and nobody else's.
+ */
+export function isRedisFailure(error: Error): boolean {
+  // Redis 7 replies `WRONGTYPE …`; Redis 6 wraps it in `ERR Error running script … WRONGTYPE …`.
+  return !/\bWRONGTYPE\b/.test(String(error?.message));
+}
+
+/**
+ * Stops sending to Redis while it is failing: once open, calls fail at once (and the fallback
+ * policy decides), until a probe call succeeds. `state` tells where it is. Transitions are logged
+ * by sampling: the first of each kind at once, then at most one line per kind per interval counting
+ * those since, so an outage that flaps open and half-open every 250 ms writes a few lines, not 8 a
+ * second.
+ */
+export class RedisCircuitBreaker {
+  private readonly policy: CircuitBreakerPolicy;
+  private readonly breaker: EitherBreaker;
+  private readonly transitions: SampledLogger;
+
+  constructor(options: Required<RateLimitCircuitBreakerOptions>, logger: LoggerService, logIntervalMs: number) {
+    this.transitions = new SampledLogger(logger, {
+      intervalMs: logIntervalMs,
+      maxLinesPerSecond: 3,
+      maxKeys: 4,
+      level: 'warn',
+      summary: 'Redis circuit transitions',
+    });
+    this.breaker = new EitherBreaker([
+      new SamplingBreaker({
+        threshold: options.failureRatio,
+        duration: options.windowMs,
+        minimumRps: options.minimumCalls / (options.windowMs / 1000),
+      }),
+      new ConsecutiveBreaker(options.consecutiveFailures),
+    ]);
+    this.policy = circuitBreaker(handleWhen(isRedisFailure), {
+      halfOpenAfter: options.halfOpenAfterMs,
+      breaker: this.breaker,
+    });
+    const messages: Record<CircuitState, string> = {
+      [CircuitState.Open]: `Redis circuit open: no calls to Redis for ${options.halfOpenAfterMs} ms; requests follow the store-error policies`,
+      [CircuitState.HalfOpen]: 'Redis circuit half-open: probing Redis with one call',
+      [CircuitState.Closed]: 'Redis circuit closed: Redis decides again',
+      [CircuitState.Isolated]: 'Redis circuit isolated',
+    };
+    this.policy.onStateChange((state) => {
+      // Counts of earlier transitions first, so a closing line is never followed by stale ones.
+      if (state === CircuitState.Closed) this.transitions.flush(true);
+      this.transitions.record(STATE_NAMES[state], messages[state]);
+    });
+  }
+
+  /** Writes the transitions not reported yet: call on shutdown. */
+  close(): void {
+    this.transitions.close();
+  }
+
+  get state(): CircuitBreakerState {
+    return STATE_NAMES[this.policy.state];
+  }
+
+  /**
+   * Whether calls go to Redis unguarded now: then the caller runs them itself and reports how each
+   * ended (`succeeded`, `failed`), as cockatiel's `execute` would, without its layers of promises
+   * on every call. Otherwise `execute` decides.
+   */
+  get closed(): boolean {
+    return this.policy.state === CircuitState.Closed;
+  }
+
+  /** A call made while closed succeeded. */
+  succeeded(): void {
+    this.breaker.success(CircuitState.Closed);
+  }
+
+  /**
+   * A call made while closed failed: counted through `execute` (which opens the circuit when it
+   * must); rejects with the call's own error either way.
+   */
+  failed(error: unknown): Promise<never> {
+    if (this.policy.state !== CircuitState.Closed) return Promise.reject(error);
+    const rejected = () => Promise.reject(error);
+    return this.policy.execute(rejected).then(rejected, rejected);
+  }
+
+  execute<T>(call: () => Promise<T>): Promise<T> {
+    if (this.policy.state !== CircuitState.Closed) return this.policy.execute(call);
+    return call().then(
+      (value) => {
+        this.succeeded();
+        return value;
+      },
+      (error: unknown) => this.failed(error),
+    );
+  }
+}
