@@ -8,7 +8,7 @@
 export { RateLimitModule } from './module/rate-limit.module.js';
 export type { RateLimitModuleOptions, RateLimitModuleExtras, RateLimitModuleAsyncOptions } from './module/options.js';
 export { RATE_LIMIT_DEFAULTS } from './module/defaults.js';
-export type { RateLimitHeaderStyle } from './http/rate-limit-headers.js';
+export type { RateLimitHeaderStyle } from './limiter/rate-limit-outcome.js';
 export type { RateLimitStoreErrorPolicy } from './resilience/store-error-policy.js';
 
 // Rules: the decorators and what they take.
@@ -30,7 +30,7 @@ export type { RateLimitAlgorithmName } from './algorithms/algorithm.js';
 // HTTP: the guard, the interceptor, the 429; the rejections of GraphQL and WebSocket.
 export { RateLimitGuard } from './http/rate-limit.guard.js';
 export { RateLimitInterceptor } from './http/rate-limit.interceptor.js';
-export { RateLimitException, type RateLimitExceptionBody } from './http/rate-limit.exception.js';
+export { RateLimitException, type RateLimitExceptionBody } from './limiter/rate-limit-outcome.js';
 export {
   RateLimitGraphQLError,
   type RateLimitGraphQLExtensions,
@@ -38,7 +38,8 @@ export {
 } from './transports/rate-limit-rejections.js';
 
 // Deciding, in HTTP and outside it.
-export { RateLimiterService, type RateLimitRuleRef } from './limiter/rate-limiter.service.js';
+export { RateLimiterService } from './limiter/rate-limiter.service.js';
+export type { RateLimitRuleRef } from './rules/rate-limit-rule.registry.js';
 export type { RateLimitOutcome, RuleDecision, ConditionalUnits } from './limiter/rate-limit-outcome.js';
 export type { RateLimitInspection } from './limiter/rate-limit-inspection.js';
 

@@ -8,9 +8,13 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { ServerResponse } from 'node:http';
-import { type RateLimitOutcome, type RuleDecision, retryAfterSeconds } from '../limiter/rate-limit-outcome.js';
-import { rateLimitHeaders } from './rate-limit-headers.js';
-import { RateLimitException } from './rate-limit.exception.js';
+import {
+  RateLimitException,
+  type RateLimitOutcome,
+  type RuleDecision,
+  rateLimitHeaders,
+  retryAfterSeconds,
+} from '../limiter/rate-limit-outcome.js';
 import { RateLimiterService } from '../limiter/rate-limiter.service.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
 import { RateLimitConfigurationError, type RateLimitRule } from '../rules/rate-limit-rule.js';

@@ -15,13 +15,8 @@ import { REJECTION_LOG_MAX_KEYS } from '../module/defaults.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
 import { DecidingStore, type ResilientConsumption } from '../resilience/deciding-store.js';
 import { LeasingStore } from '../resilience/leasing.store.js';
-import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
-import {
-  RateLimitConfigurationError,
-  type RateLimitOptions,
-  type RateLimitRule,
-  validateRule,
-} from '../rules/rate-limit-rule.js';
+import { RateLimitRuleRegistry, type RateLimitRuleRef } from '../rules/rate-limit-rule.registry.js';
+import { RateLimitConfigurationError, type RateLimitRule } from '../rules/rate-limit-rule.js';
 import { type RateLimitHit, capacityOf } from '../store/rate-limit-store.js';
 import type { RateLimitInspection } from './rate-limit-inspection.js';
 import { CountOnWaits } from './count-on-waits.js';
@@ -36,12 +31,6 @@ import {
 } from './rate-limit-outcome.js';
 
 /**
- * A rule for `consume` and `reset`: the name of a rule declared with `@RateLimit`, or a rule's
- * options with a `name` (its counters are those of any route's rule of that name).
- */
-export type RateLimitRuleRef = string | (RateLimitOptions & { name: string });
-
-/**
  * Decides requests against all their rules: thresholds from the config centre, identities, costs
  * and keys first; then one store call that admits on every rule or on none. The guard calls `check`
  * for HTTP; `consume` and `reset` do the same for queues, cron jobs and custom transports.
@@ -52,8 +41,6 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   private readonly hits: HitPreparation;
   private readonly rejections: SampledLogger | undefined;
   private readonly countOn: CountOnWaits;
-  /** Rules given to `consume`/`reset` as options, validated once per object. */
-  private readonly givenRules = new WeakMap<object, RateLimitRule>();
 
   /** @internal Nest creates it; a subclass declares no constructor of its own. */
   constructor(
@@ -128,7 +115,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   ): Promise<RateLimitOutcome> {
     const prepared: PreparedRule[] = [];
     try {
-      const resolved = this.rulesOf(rules, 'consume');
+      const resolved = this.registry.resolve(rules, 'consume');
       checkIdentity(identity, 'consume');
       if (!Number.isSafeInteger(cost) || cost < 0) {
         throw new RateLimitConfigurationError(
@@ -152,7 +139,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
    */
   async reset(rules: RateLimitRuleRef | readonly RateLimitRuleRef[], identity: string): Promise<void> {
     checkIdentity(identity, 'reset');
-    const keys = this.rulesOf(rules, 'reset').flatMap((rule) => this.hits.keysOf(rule, identity));
+    const keys = this.registry.resolve(rules, 'reset').flatMap((rule) => this.hits.keysOf(rule, identity));
     await (this.leasing ?? this.store).reset(keys);
     this.countOn.settled(keys);
   }
@@ -164,7 +151,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
    */
   async inspect(rule: RateLimitRuleRef, identity: string): Promise<RateLimitInspection> {
     checkIdentity(identity, 'inspect');
-    const [resolved] = this.rulesOf(rule, 'inspect');
+    const [resolved] = this.registry.resolve(rule, 'inspect');
     const {
       hit,
       thresholds,
@@ -294,26 +281,6 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     );
   }
 
-  private rulesOf(rules: RateLimitRuleRef | readonly RateLimitRuleRef[], method: string): RateLimitRule[] {
-    if (!Array.isArray(rules)) return [this.ruleOf(rules as RateLimitRuleRef, method)];
-    const list = rules as readonly RateLimitRuleRef[];
-    if (list.length === 0) throw new RateLimitConfigurationError(`RateLimiterService.${method}: no rule given`);
-    return list.map((ref) => this.ruleOf(ref, method));
-  }
-
-  private ruleOf(ref: RateLimitRuleRef, method: string): RateLimitRule {
-    if (typeof ref === 'string') return this.registry.named(ref);
-    let rule = this.givenRules.get(ref);
-    if (!rule) {
-      const subject = `RateLimiterService.${method}: rule ${JSON.stringify(ref?.name)}`;
-      // Without `by`, the identity counts as the caller gives it (not as a client address).
-      const options = typeof ref === 'object' && ref !== null ? { by: identityAsGiven, ...ref } : ref;
-      rule = validateRule(options, `RateLimiterService.${method}`, undefined, subject);
-      this.givenRules.set(ref, rule);
-    }
-    return rule;
-  }
-
   /** The module's clock in whole ms, or undefined for the store's own. */
   private now(): number | undefined {
     const { clock } = this.options;
@@ -333,9 +300,4 @@ function checkIdentity(identity: unknown, method: string): void {
   if (typeof identity !== 'string' || identity === '') {
     throw new RateLimitConfigurationError(`RateLimiterService.${method}: 'identity' must be a non-empty string`);
   }
-}
-
-/** The `by` of a rule given as options without one: only ever asked outside HTTP, where the caller names the identity. */
-function identityAsGiven(): string {
-  throw new Error('A rule given to RateLimiterService has no HTTP identity');
 }

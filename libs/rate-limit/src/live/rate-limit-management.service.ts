@@ -6,7 +6,8 @@ import { parseLimitSettings, settingsAsOverride, throwProblems } from '../rules/
 import { RuleThresholds, type Thresholds } from '../limiter/prepare-hits.js';
 import { RateLimitConfigCentre, type RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
 import type { RateLimitInspection } from '../limiter/rate-limit-inspection.js';
-import { RateLimiterService, type RateLimitRuleRef } from '../limiter/rate-limiter.service.js';
+import { RateLimiterService } from '../limiter/rate-limiter.service.js';
+import type { RateLimitRuleRef } from '../rules/rate-limit-rule.registry.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
 import { RedisService } from '../redis/redis.service.js';
 import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';

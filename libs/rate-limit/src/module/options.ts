@@ -1,7 +1,7 @@
 import type { ConfigurableModuleAsyncOptions, Type } from '@nestjs/common';
 import type { Cluster, ClusterNode, ClusterOptions, Redis, RedisOptions } from 'ioredis';
 import type { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
-import type { RateLimitHeaderStyle } from '../http/rate-limit-headers.js';
+import type { RateLimitHeaderStyle } from '../limiter/rate-limit-outcome.js';
 import type { SampledLogLevel } from '../logging/sampled-logger.js';
 import type { RateLimitStoreErrorPolicy } from '../resilience/store-error-policy.js';
 import type { RateLimitStore } from '../store/rate-limit-store.js';

@@ -1,5 +1,5 @@
 import { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
-import { HEADER_STYLES } from '../http/rate-limit-headers.js';
+import { HEADER_STYLES } from '../limiter/rate-limit-outcome.js';
 import type { SampledLogLevel } from '../logging/sampled-logger.js';
 import { STORE_ERROR_POLICIES } from '../resilience/store-error-policy.js';
 import { RATE_LIMIT_MODES, RateLimitConfigurationError } from '../rules/rate-limit-rule.js';

@@ -34,19 +34,11 @@ export class BlockCacheStore extends DecidingStoreLayer {
   }
 
   /** Every hit asked below unless the block cache knows the answer: nearly every request's path. */
-  consume(
-    hits: readonly RateLimitHit[],
-    rules: readonly HitHandling[],
-    now: number | undefined,
-  ): Promise<ResilientConsumption> {
+  consume(hits: readonly RateLimitHit[], rules: readonly HitHandling[], now?: number): Promise<ResilientConsumption> {
     return this.decide(hits, rules, now, false);
   }
 
-  attempt(
-    hits: readonly RateLimitHit[],
-    rules: readonly HitHandling[],
-    now: number | undefined,
-  ): Promise<ResilientConsumption> {
+  attempt(hits: readonly RateLimitHit[], rules: readonly HitHandling[], now?: number): Promise<ResilientConsumption> {
     return this.decide(hits, rules, now, true);
   }
 

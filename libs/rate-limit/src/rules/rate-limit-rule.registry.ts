@@ -12,6 +12,12 @@ import type { Handler } from './handler-kinds.js';
 const NO_RULES: readonly RateLimitRule[] = Object.freeze([]);
 
 /**
+ * A rule for `consume` and `reset`: the name of a rule declared with `@RateLimit`, or a rule's
+ * options with a `name` (its counters are those of any route's rule of that name).
+ */
+export type RateLimitRuleRef = string | (RateLimitOptions & { name: string });
+
+/**
  * Turns decorator metadata into validated rules once per handler, and answers what a request asks:
  * the rules of its handler (`rulesFor`) and whether they are decided after the app's guards. Every
  * request opens this file, so it holds only that and the compiling it needs; what bootstrap checks
@@ -26,6 +32,8 @@ export class RateLimitRuleRegistry {
   private readonly afterGuards = new WeakSet<readonly RateLimitRule[]>();
   /** Every rule declared on a handler, by name, for the limiter's API outside HTTP. */
   private readonly rulesByName = new Map<string, RateLimitRule[]>();
+  /** Rules given to the limiter's API as options, validated once per object. */
+  private readonly givenRules = new WeakMap<object, RateLimitRule>();
 
   constructor(private readonly reflector: Reflector) {}
 
@@ -75,6 +83,30 @@ export class RateLimitRuleRegistry {
   /** The rules declared on routes that read their thresholds from this `configKey`. */
   withConfigKey(configKey: string): RateLimitRule[] {
     return this.all().filter((rule) => rule.configKey === configKey);
+  }
+
+  /**
+   * The rules a caller of the limiter's API names (`RateLimiterService.consume`, `reset`,
+   * `inspect`): declared ones by name; given ones validated once per object.
+   */
+  resolve(rules: RateLimitRuleRef | readonly RateLimitRuleRef[], method: string): RateLimitRule[] {
+    if (!Array.isArray(rules)) return [this.ruleOf(rules as RateLimitRuleRef, method)];
+    const list = rules as readonly RateLimitRuleRef[];
+    if (list.length === 0) throw new RateLimitConfigurationError(`RateLimiterService.${method}: no rule given`);
+    return list.map((ref) => this.ruleOf(ref, method));
+  }
+
+  private ruleOf(ref: RateLimitRuleRef, method: string): RateLimitRule {
+    if (typeof ref === 'string') return this.named(ref);
+    let rule = this.givenRules.get(ref);
+    if (!rule) {
+      const subject = `RateLimiterService.${method}: rule ${JSON.stringify(ref?.name)}`;
+      // Without `by`, the identity counts as the caller gives it (not as a client address).
+      const options = typeof ref === 'object' && ref !== null ? { by: identityAsGiven, ...ref } : ref;
+      rule = validateRule(options, `RateLimiterService.${method}`, undefined, subject);
+      this.givenRules.set(ref, rule);
+    }
+    return rule;
   }
 
   private compile(controller: Handler, handler: Handler): readonly RateLimitRule[] {
@@ -146,4 +178,9 @@ function sameCounter(a: RateLimitRule, b: RateLimitRule): boolean {
     a.blockMs === b.blockMs &&
     a.mode === b.mode
   );
+}
+
+/** The `by` of a rule given as options without one: only ever asked outside HTTP, where the caller names the identity. */
+function identityAsGiven(): string {
+  throw new Error('A rule given to RateLimiterService has no HTTP identity');
 }
