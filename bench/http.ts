@@ -15,8 +15,9 @@
  * Each contender runs after a warm-up; rounds alternate the contenders' order, figures are ratios
  * to the bare app in the same round, and each cell keeps its median over the rounds. App CPU is the
  * contender process's (from /proc), Redis CPU the server's `used_cpu_user + used_cpu_sys`, both per
- * request over the bare app's and per request; RSS the contender's resident memory after its run
- * (after warm-up and load), over the bare app's.
+ * request over the bare app's and per request; RSS the contender's resident memory after its run,
+ * a full collection and 2 s at rest, over the bare app's. (Read right after the load, it measured
+ * when the collector last ran more than what the app keeps: +/-15 MiB from one run to the next.)
  *
  *   npm run bench:http          (QUICK=1: one round of 2 s each; BENCH_SECONDS=10 for longer)
  */
@@ -28,6 +29,8 @@ import { startRedisServer } from '../test/support/redis-server.js';
 import { redisCpuUs } from './support/redis-cpu.js';
 
 const QUICK = process.env.QUICK === '1';
+/** How long a contender rests after its run and a full collection before its memory is read. */
+const RSS_AT_REST_MS = 2_000;
 const SECONDS = Number(process.env.BENCH_SECONDS ?? (QUICK ? 2 : 5));
 const WARM_UP_SECONDS = QUICK ? 1 : 2;
 const ROUNDS = QUICK ? 1 : 3;
@@ -80,7 +83,8 @@ async function startContender(
     process.execPath,
     // Built by tsc (npm run bench:http does): under tsx, the peers' CommonJS builds would load a
     // second copy of @nestjs/core, whose Reflector Nest cannot inject.
-    ['dist/bench/support/http-contender.js'],
+    // --expose-gc: the contender collects on SIGUSR2, before its memory is read.
+    ['--expose-gc', 'dist/bench/support/http-contender.js'],
     { env: { ...process.env, ...env, CONTENDER: contender }, stdio: ['ignore', 'pipe', 'inherit'] },
   );
   const port = await new Promise<number>((resolve, reject) => {
@@ -113,8 +117,10 @@ async function measure(contender: string, limit: number, redisUrl: string, stats
     const redisBefore = await redisCpuUs(stats);
     const result = await autocannon({ url: app.url, connections: CONNECTIONS, duration: SECONDS });
     const appCpu = processCpuUs(app.pid) - appBefore;
-    const rssMiB = processRssMiB(app.pid);
     const redisCpu = (await redisCpuUs(stats)) - redisBefore;
+    process.kill(app.pid, 'SIGUSR2');
+    await new Promise((resolve) => setTimeout(resolve, RSS_AT_REST_MS));
+    const rssMiB = processRssMiB(app.pid);
     const total = result.requests.total;
     const statuses = Object.entries({
       '2xx': result['2xx'],
