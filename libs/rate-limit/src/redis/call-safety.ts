@@ -223,7 +223,7 @@ export function isRedisFailure(error: Error): boolean {
  * those since, so an outage that flaps open and half-open every 250 ms writes a few lines, not 8 a
  * second.
  */
-export class RedisCircuitBreaker {
+export class RedisCircuitBreaker implements CallOutcomes {
   private readonly policy: CircuitBreakerPolicy;
   private readonly breaker: EitherBreaker;
   private readonly transitions: SampledLogger;

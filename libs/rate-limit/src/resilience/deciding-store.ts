@@ -34,9 +34,11 @@ export interface StoreObserver {
  * by the store-error policies. The module wiring stacks it from layers, each present only when it
  * is configured (`rate-limit.module.ts`):
  *
- *     [LeasingStore] -> [BlockCacheStore] -> ResilientStore -> the RateLimitStore
+ *     [BlockCacheStore] -> ResilientStore -> the RateLimitStore
  *
- * Each layer holds one concern and passes the rest to the one below it.
+ * Each layer holds one concern and passes the rest to the one below it. `LeasingStore` sits on top
+ * of that stack as a provider of its own, which the limiter takes only for a request with a leased
+ * rule.
  */
 export abstract class DecidingStore {
   abstract readonly description: string;
