@@ -1,11 +1,8 @@
-import { randomBytes } from 'node:crypto';
-import calculateSlot from 'cluster-key-slot';
 import type { StoreProblemLog } from '../logging/store-problem-log.js';
 import {
   type RateLimitConsumption,
   type RateLimitDecision,
   type RateLimitHit,
-  type RateLimitReceipt,
   type LiftedKeysWatcher,
   type RateLimitSettlement,
   type RateLimitStanding,
@@ -17,6 +14,7 @@ import type { LostWriteCheck, LostWriteRepairs } from './failover/lost-write-che
 import type { ReplicaWait } from './failover/replica-wait.js';
 import type { RedisService } from './redis.service.js';
 import type { ScriptRunner } from './script-runner.js';
+import { type GroupResult, groupBySlot, groupHitsBySlot, mergeGroups, nextNonce, slotOf } from './call-grouping.js';
 import { isCluster } from './is-cluster.js';
 import { CONSUME_SCRIPTS, decodeConsume, encodeConsume } from './scripts/consume.script.js';
 import { FIXED_WINDOW_FAST_SCRIPT, decodeFast, encodeFast, isFastHit } from './scripts/fixed-window-fast.script.js';
@@ -24,15 +22,6 @@ import { RAISE_FIXED_WINDOW_SCRIPT, encodeRaiseFixedWindow } from './scripts/rai
 import { REFUND_SCRIPTS, encodeRefund } from './scripts/refund.script.js';
 import { RESET_SCRIPT, encodeReset } from './scripts/reset.script.js';
 import { UnsentCallsError, neverReachedRedis } from './unsent-error.js';
-
-/**
- * Unique per process; with the process's call sequence it makes every request's nonce unique. The
- * sequence is the process's, not a store's: two stores in one process (two apps, or a test's
- * instances) must not hand out the same nonce, which would merge two sliding-log admissions made
- * in the same ms into one member.
- */
-const PROCESS_NONCE = randomBytes(6).toString('base64url');
-let sequence = 0;
 
 /** The failover defences of a Redis store (see `redis/failover/`), each optional. */
 export interface RedisFailoverDefences {
@@ -42,16 +31,6 @@ export interface RedisFailoverDefences {
   marker: number | false;
   /** Redis `WAIT` after each admission. */
   replicaWait?: ReplicaWait;
-}
-
-interface GroupResult {
-  indices: readonly number[];
-  allowed: boolean;
-  decisions: RateLimitDecision[];
-  /** What a refund of each hit needs, if the request is admitted. */
-  receipts: RateLimitReceipt[];
-  /** Each hit's window start on Redis's clock (or the given `now`'s). */
-  windowStarts: number[];
 }
 
 /**
@@ -123,7 +102,12 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
   private allFast(hits: readonly RateLimitHit[]): boolean {
     for (const hit of hits) if (!isFastHit(hit)) return false;
     return (
-      hits.length === 1 || !isCluster(this.redis.client) || this.groupBySlot(hits.map((hit) => hit.key)).length === 1
+      hits.length === 1 ||
+      !isCluster(this.redis.client) ||
+      groupBySlot(
+        hits.map((hit) => hit.key),
+        true,
+      ).length === 1
     );
   }
 
@@ -153,10 +137,10 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
 
   /** Any hits: the full script (CONSUME_SCRIPTS), one call per slot, and the failover defences. */
   private async consumeFull(hits: readonly RateLimitHit[], now: number | undefined): Promise<RateLimitConsumption> {
-    const nonce = this.nextNonce();
+    const nonce = nextNonce();
     // Whole milliseconds: the scripts' replies and sorted-set members carry no fractions.
     const at = now === undefined ? undefined : Math.floor(now);
-    const groups = this.groupBySlot(hits.map((hit) => hit.key));
+    const groups = groupHitsBySlot(hits, this.cluster);
     if (groups.length === 1) {
       // Every key in one slot (always on a standalone server): one call, its results in hit order.
       const result = await this.consumeGroup(hits, groups[0], at, nonce);
@@ -180,23 +164,12 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     }
     if (failures.length > 0) throw failures[0];
     const results = settled.map((result) => (result as PromiseFulfilledResult<GroupResult>).value);
-    const allowed = results.every((result) => result.allowed);
-    const decisions: RateLimitDecision[] = [];
-    const receipts: RateLimitReceipt[] = [];
-    const windowStarts: number[] = [];
-    for (const result of results) {
-      result.indices.forEach((hitIndex, i) => {
-        decisions[hitIndex] = result.decisions[i];
-        receipts[hitIndex] = result.receipts[i];
-        windowStarts[hitIndex] = result.windowStarts[i];
-      });
-    }
-    if (!allowed && results.length > 1) {
+    const { allowed, decisions, receipts, windowStarts } = mergeGroups(results);
+    if (!allowed)
       await this.refundGroups(
         hits,
         results.filter((result) => result.allowed),
       );
-    }
     return this.defended(hits, { allowed, decisions, receipts: allowed ? receipts : undefined }, windowStarts);
   }
 
@@ -216,9 +189,9 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
   }
 
   async record(hits: readonly RateLimitHit[], now?: number): Promise<void> {
-    const nonce = this.nextNonce();
+    const nonce = nextNonce();
     const at = now === undefined ? undefined : Math.floor(now);
-    const groups = this.groupBySlot(hits.map((hit) => hit.key));
+    const groups = groupHitsBySlot(hits, this.cluster);
     await Promise.all(groups.map((indices) => this.consumeGroup(hits, indices, at, nonce, true)));
   }
 
@@ -227,7 +200,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     const byCall = new Map<string, RateLimitSettlement[]>();
     for (const settlement of settlements) {
       const { hit, receipt } = settlement;
-      const id = `${this.slotOf(hit.key)}|${receipt.admittedAt}|${receipt.nonce}`;
+      const id = `${slotOf(hit.key, this.cluster)}|${receipt.admittedAt}|${receipt.nonce}`;
       const group = byCall.get(id);
       if (group) group.push(settlement);
       else byCall.set(id, [settlement]);
@@ -249,7 +222,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
   async reset(keys: readonly string[]): Promise<void> {
     this.lostWrites?.forget(keys);
     await Promise.all(
-      this.groupBySlot(keys).map((indices) =>
+      groupBySlot(keys, this.cluster).map((indices) =>
         this.scripts.run(RESET_SCRIPT, encodeReset(indices.map((i) => keys[i])), []),
       ),
     );
@@ -326,26 +299,8 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     };
   }
 
-  private nextNonce(): string {
-    return `${PROCESS_NONCE}${(sequence++).toString(36)}`;
-  }
-
-  /** Indices of keys grouped by hash slot; everything in one group on a standalone server. */
-  private groupBySlot(keys: readonly string[]): number[][] {
-    if (keys.length === 1) return [[0]];
-    if (!isCluster(this.redis.client)) return [keys.map((_, i) => i)];
-    const bySlot = new Map<number, number[]>();
-    keys.forEach((key, i) => {
-      const slot = this.slotOf(key);
-      const group = bySlot.get(slot);
-      if (group) group.push(i);
-      else bySlot.set(slot, [i]);
-    });
-    return [...bySlot.values()];
-  }
-
-  /** The routing of every key the store writes, reads or refunds: one function, one answer. */
-  private slotOf(key: string): number {
-    return isCluster(this.redis.client) ? calculateSlot(key) : 0;
+  /** Whether the client is a Cluster: calls then go one per hash slot. */
+  private get cluster(): boolean {
+    return isCluster(this.redis.client);
   }
 }
