@@ -14,7 +14,15 @@ import type { LostWriteCheck, LostWriteRepairs } from './failover/lost-write-che
 import type { ReplicaWait } from './failover/replica-wait.js';
 import type { RedisService } from './redis.service.js';
 import type { ScriptRunner } from './script-runner.js';
-import { type GroupResult, groupBySlot, groupHitsBySlot, mergeGroups, nextNonce, slotOf } from './call-grouping.js';
+import {
+  type GroupResult,
+  groupBySlot,
+  groupHitsBySlot,
+  inOneSlot,
+  mergeGroups,
+  nextNonce,
+  slotOf,
+} from './call-grouping.js';
 import { isCluster } from './is-cluster.js';
 import { CONSUME_SCRIPTS, decodeConsume, encodeConsume } from './scripts/consume.script.js';
 import { FIXED_WINDOW_FAST_SCRIPT, decodeFast, encodeFast, isFastHit } from './scripts/fixed-window-fast.script.js';
@@ -101,14 +109,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
   /** Whether FIXED_WINDOW_FAST_SCRIPT can decide these hits in one call (one slot on Cluster). */
   private allFast(hits: readonly RateLimitHit[]): boolean {
     for (const hit of hits) if (!isFastHit(hit)) return false;
-    return (
-      hits.length === 1 ||
-      !isCluster(this.redis.client) ||
-      groupBySlot(
-        hits.map((hit) => hit.key),
-        true,
-      ).length === 1
-    );
+    return inOneSlot(hits, this.cluster);
   }
 
   /** One FIXED_WINDOW_FAST_SCRIPT call; the full script when it asks for it (a key to repair). */
@@ -165,11 +166,12 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     if (failures.length > 0) throw failures[0];
     const results = settled.map((result) => (result as PromiseFulfilledResult<GroupResult>).value);
     const { allowed, decisions, receipts, windowStarts } = mergeGroups(results);
-    if (!allowed)
+    if (!allowed) {
       await this.refundGroups(
         hits,
         results.filter((result) => result.allowed),
       );
+    }
     return this.defended(hits, { allowed, decisions, receipts: allowed ? receipts : undefined }, windowStarts);
   }
 
