@@ -2,7 +2,7 @@ import { Controller, type ExecutionContext, Get, type INestApplication } from '@
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { RateLimit } from 'nest-rate-limit';
-import { rateLimitKey } from 'nest-rate-limit/store';
+import { RedisService, rateLimitKey } from 'nest-rate-limit/store';
 import { fixedWindowCount } from '../support/inspect.js';
 import { until } from '../support/poll.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
@@ -50,12 +50,13 @@ describe('when Redis cannot decide, each rule follows its onStoreError', () => {
         storeErrors: {
           timeoutMs: 50,
           circuitBreaker: false,
-          // The fallback's safety factor is the library's constant, 1.2 (LOCAL_FALLBACK_SAFETY_FACTOR).
+          // Assumed only until the instances are counted on Redis (one here, below).
           localFallback: { expectedInstances: 2 },
           status: 503,
         },
       },
     });
+    await until(() => app.get(RedisService).instances === 1, { timeoutMs: 5_000, what: 'the instance counted' });
   });
 
   afterEach(() => process.kill(server.pid, 'SIGCONT'));
@@ -70,19 +71,22 @@ describe('when Redis cannot decide, each rule follows its onStoreError', () => {
 
   const statuses = (path: string, user: string, n: number) => statusesOf(app, path, n, { 'x-user': user });
 
-  it("'local': admits from what Redis last said, pessimistically, and less as the window goes on", async () => {
+  it("'local': admits this instance's share of what Redis last said was left, for the rest of the window", async () => {
     expect(await statuses('/policies/local', 'known', 6)).toEqual([200, 200, 200, 200, 200, 200]);
     process.kill(server.pid, 'SIGSTOP');
-    // Others may have admitted since: (6 used + 0 elapsed) x 1.2 = 7.2 of 10, so 2 more here.
-    expect(await statuses('/policies/local', 'known', 3)).toEqual([200, 200, 429]);
-    // Half the window later: (6 + 0.5 x 10) x 1.2 = 13.2: nothing.
+    // (1.2 x 10 - 6 used) / 1 instance = 6 more, all instances together never past 1.2 x 10.
+    expect(await statuses('/policies/local', 'known', 7)).toEqual([200, 200, 200, 200, 200, 200, 429]);
+    // Later in the same window: still nothing.
     vi.setSystemTime(Date.now() + 30_000);
     expect(await statuses('/policies/local', 'known', 1)).toEqual([429]);
+    // The next window starts afresh: 1.2 x 10 / 1 instance.
+    vi.setSystemTime(Date.now() + 30_000);
+    expect(await statuses('/policies/local', 'known', 13)).toEqual([...new Array(12).fill(200), 429]);
   });
 
-  it("'local': a key Redis never reported on gets count / expectedInstances, never unlimited", async () => {
+  it("'local': a key Redis never reported on gets 1.2 x count / instances, never unlimited", async () => {
     process.kill(server.pid, 'SIGSTOP');
-    expect(await statuses('/policies/local', 'unknown', 6)).toEqual([200, 200, 200, 200, 200, 429]);
+    expect(await statuses('/policies/local', 'unknown', 13)).toEqual([...new Array(12).fill(200), 429]);
   });
 
   it("'allow' admits, 'deny' refuses with the configured 503 and Retry-After", async () => {
@@ -128,9 +132,12 @@ describe('after an outage, Redis counts what the fallback admitted, once', () =>
   it('records the units admitted while the circuit was open, not those of calls that timed out', async () => {
     const get = () => request(app.getHttpServer()).get('/policies/local').set('x-user', 'returning');
     process.kill(server.pid, 'SIGSTOP');
-    // The first call times out (and will still run in Redis); it opens the circuit, so the next
-    // four never reach Redis. All five are admitted locally (10 / 2 instances).
-    expect((await sequential(5, get)).statuses).toEqual([200, 200, 200, 200, 200]);
+    // The first call times out (and will still run in Redis); unanswered a second more, it opens
+    // the circuit, so the next four never reach Redis. All five are admitted locally.
+    expect((await sequential(1, get)).statuses).toEqual([200]);
+    const service = app.get(RedisService);
+    await until(() => service.circuitState === 'open', { timeoutMs: 5_000, what: 'the circuit opening' });
+    expect((await sequential(4, get)).statuses).toEqual([200, 200, 200, 200]);
     process.kill(server.pid, 'SIGCONT');
     vi.setSystemTime(Date.now() + 1_000); // the breaker lets a probe through
     const back = await get().expect(200);

@@ -77,11 +77,26 @@ export const LEASE_MAX_KEYS = 10_000;
 export const BLOCK_CACHE_MAX_KEYS = 10_000;
 
 /**
- * The `'local'` fallback multiplies its estimate of what other instances admitted by this: 20%
- * above the rate Redis last reported, so traffic that grows during an outage still stays under the
- * limit. A larger factor only refuses more during outages; below 1 would admit past the limit.
+ * The most the instances together admit in a window the `'local'` fallback decides, as a multiple
+ * of the limit: each instance takes its share of `1.2 × limit` less what Redis last reported used.
+ * Shares are whole units, so with exactly the limit a rule of 5 on 3 instances would admit 3 in all
+ * (1 each); 1.2 lets it admit 6 (2 each), and never more than 1.2x, however long Redis is out or
+ * slow (`test/integration/slow-redis.spec.ts` measures it).
  */
-export const LOCAL_FALLBACK_SAFETY_FACTOR = 1.2;
+export const LOCAL_FALLBACK_BOUND = 1.2;
+
+/**
+ * A call past its deadline counts against Redis in the circuit breaker only if it is not answered
+ * within this much more: a Redis that stalls for a fork or a slow command (150-500 ms) answers
+ * late but answers, and its calls go on; one that does not answer in a second is failing.
+ */
+export const LATE_ANSWER_GRACE_MS = 1_000;
+
+/**
+ * How often an instance counts the instances sharing its Redis (`PUBSUB NUMSUB`), for the `'local'`
+ * fallback's share of each limit: a new instance is counted within this, one cheap call per 5 s.
+ */
+export const INSTANCE_COUNT_REFRESH_MS = 5_000;
 
 /**
  * The background key audit (health checks and metrics) scans every 10 minutes, one instance for all

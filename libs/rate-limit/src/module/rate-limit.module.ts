@@ -123,19 +123,27 @@ const lostWriteCheckSwitchProvider: Provider = {
  */
 const decidingStoreProvider: Provider = {
   provide: DecidingStore,
-  inject: [RateLimitStore, StoreProblemLog, RESOLVED_RATE_LIMIT_OPTIONS, RATE_LIMIT_METRICS],
+  inject: [RateLimitStore, StoreProblemLog, RESOLVED_RATE_LIMIT_OPTIONS, RATE_LIMIT_METRICS, RedisService],
   useFactory: (
     store: RateLimitStore,
     problems: StoreProblemLog,
     { storeErrors, memoryStore, blockCache, clock }: ResolvedRateLimitOptions,
     metrics: RateLimitMetrics | null,
+    redis: RedisService,
   ): DecidingStore => {
     const observer = metrics ?? undefined;
     const resilient = new ResilientStore(store, problems, {
       policy: storeErrors.policy,
-      localFallback: { ...storeErrors.localFallback, maxKeys: memoryStore.maxKeys },
+      localFallback: {
+        ...storeErrors.localFallback,
+        maxKeys: memoryStore.maxKeys,
+        instances: store instanceof RedisRateLimitStore ? () => redis.instances : undefined,
+      },
       observer,
     });
+    // Keys reset or refunded anywhere are forgotten by the fallback too; and listening is how the
+    // instances are counted.
+    store.watchLiftedKeys({ lifted: (keys) => resilient.forget(keys), listening: () => undefined });
     if (!store.shared || !blockCache) return resilient;
     const blocked = new BlockedKeys(blockCache.maxKeys);
     const watching = store.watchLiftedKeys({

@@ -7,7 +7,7 @@ import { RateLimitStore } from '../store/rate-limit-store.js';
 import {
   BLOCK_CACHE_MAX_KEYS,
   KEY_AUDIT_INTERVAL_MS,
-  LOCAL_FALLBACK_SAFETY_FACTOR,
+  LOCAL_FALLBACK_BOUND,
   LOG_SAMPLING,
   METRICS_PREFIX,
   RATE_LIMIT_DEFAULTS as D,
@@ -43,7 +43,7 @@ const FIELDS = {
 /** Options of 0.2 that 0.3 fixed as constants (`defaults.ts`): what each now is, so an upgrade is told. */
 const REMOVED: Record<string, string> = {
   'blockCache.maxKeys': `the block cache holds ${BLOCK_CACHE_MAX_KEYS} keys; give blockCache: true or false`,
-  'storeErrors.localFallback.safetyFactor': `the fallback's safety factor is ${LOCAL_FALLBACK_SAFETY_FACTOR}`,
+  'storeErrors.localFallback.safetyFactor': `the instances together admit at most ${LOCAL_FALLBACK_BOUND}x the limit in a window the fallback decides`,
   'logging.intervalMs': `rejection lines are sampled per ${LOG_SAMPLING.intervalMs} ms; only 'level' remains`,
   'logging.maxLinesPerSecond': `at most ${LOG_SAMPLING.maxLinesPerSecond} rejection lines a second; only 'level' remains`,
   keyAudit: `the background key audit runs every ${KEY_AUDIT_INTERVAL_MS} ms`,
@@ -216,7 +216,6 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
       timeoutMs: positive('storeErrors.timeoutMs', storeErrors.timeoutMs, D.storeErrors.timeoutMs),
       circuitBreaker,
       localFallback: {
-        safetyFactor: LOCAL_FALLBACK_SAFETY_FACTOR,
         expectedInstances: positive(
           'storeErrors.localFallback.expectedInstances',
           localFallback.expectedInstances,

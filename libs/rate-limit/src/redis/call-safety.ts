@@ -9,6 +9,7 @@ import {
   handleWhen,
 } from 'cockatiel';
 import { SampledLogger } from '../logging/sampled-logger.js';
+import { LATE_ANSWER_GRACE_MS } from '../module/defaults.js';
 import type { RateLimitCircuitBreakerOptions } from '../module/options.js';
 
 /*
@@ -21,12 +22,27 @@ import type { RateLimitCircuitBreakerOptions } from '../module/options.js';
 /** Raised when Redis does not answer a call within `storeErrors.timeoutMs`. */
 export class RedisTimeoutError extends Error {
   override readonly name = 'RedisTimeoutError';
+
+  /**
+   * @param answer the call itself, when it went out: a Redis that is slow, not down, still runs it
+   *   and answers late, and the answer tells the truth about the counters (`lateAnswer`).
+   * @param what the call: the script's name.
+   */
+  constructor(
+    message: string,
+    readonly answer?: Promise<unknown>,
+    readonly what?: string,
+  ) {
+    super(message);
+  }
 }
 
 interface Deadline {
   /** On `performance.now()`; Infinity while the call has not gone out (`sent`). */
   at: number;
   readonly what: string;
+  /** The call, for its late answer. */
+  readonly call: Promise<unknown>;
   settled: boolean;
   readonly fail: (error: unknown) => void;
 }
@@ -72,7 +88,7 @@ export class CallDeadlines {
     return new Promise<T>((resolve, reject) => {
       const fail = outcomes ? (error: unknown) => resolve(outcomes.failed(error)) : reject;
       const at = held ? Infinity : performance.now() + this.timeoutMs;
-      const deadline: Deadline = { at, what, settled: false, fail };
+      const deadline: Deadline = { at, what, call: promise, settled: false, fail };
       this.queue.push(deadline);
       if (held) this.unsent.push(deadline);
       else if (this.timer === undefined) this.arm(this.timeoutMs);
@@ -140,7 +156,8 @@ export class CallDeadlines {
         setImmediate(() => {
           if (deadline.settled) return;
           deadline.settled = true;
-          deadline.fail(new RedisTimeoutError(`Redis did not answer ${deadline.what} within ${this.timeoutMs} ms`));
+          const message = `Redis did not answer ${deadline.what} within ${this.timeoutMs} ms`;
+          deadline.fail(new RedisTimeoutError(message, deadline.call, deadline.what));
         });
       }
     }
@@ -227,6 +244,8 @@ export class RedisCircuitBreaker implements CallOutcomes {
   private readonly policy: CircuitBreakerPolicy;
   private readonly breaker: EitherBreaker;
   private readonly transitions: SampledLogger;
+  /** Calls past their deadline, judged (`judgeLate`). */
+  readonly lateCalls = { answered: 0, unanswered: 0 };
 
   constructor(options: Required<RateLimitCircuitBreakerOptions>, logger: LoggerService, logIntervalMs: number) {
     this.transitions = new SampledLogger(logger, {
@@ -289,9 +308,41 @@ export class RedisCircuitBreaker implements CallOutcomes {
    * must); rejects with the call's own error either way.
    */
   failed(error: unknown): Promise<never> {
+    if (error instanceof RedisTimeoutError && error.answer) {
+      this.judgeLate(error.answer, error);
+      return Promise.reject(error);
+    }
     if (this.policy.state !== CircuitState.Closed) return Promise.reject(error);
     const rejected = () => Promise.reject(error);
     return this.policy.execute(rejected).then(rejected, rejected);
+  }
+
+  /**
+   * A call past its deadline that went out is judged by its answer: a Redis that answers late is
+   * slow, not failing, and opening the circuit on it would only leave calls unsent, whose
+   * admissions Redis learns later (while every instance decides alone). Counted a failure only if
+   * no answer comes within LATE_ANSWER_GRACE_MS, or it is an error.
+   */
+  private judgeLate(answer: Promise<unknown>, error: RedisTimeoutError): void {
+    let judged = false;
+    const judge = (failure: unknown) => {
+      if (judged) return;
+      judged = true;
+      clearTimeout(timer);
+      if (failure === undefined) {
+        this.lateCalls.answered += 1;
+        this.succeeded();
+        return;
+      }
+      this.lateCalls.unanswered += 1;
+      if (this.policy.state === CircuitState.Closed)
+        this.policy.execute(() => Promise.reject(failure)).catch(() => undefined);
+    };
+    const timer = setTimeout(() => judge(error), LATE_ANSWER_GRACE_MS).unref();
+    answer.then(
+      () => judge(undefined),
+      (failure: unknown) => judge(failure),
+    );
   }
 
   execute<T>(call: () => Promise<T>): Promise<T> {

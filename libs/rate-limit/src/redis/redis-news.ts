@@ -2,6 +2,8 @@ import type { LoggerService } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
 import type { LiftedKeysWatcher } from '../store/rate-limit-store.js';
 import { withDeadline } from './call-safety.js';
+import { OPERATION_TIMEOUT_MS } from './script-runner.js';
+import { INSTANCE_COUNT_REFRESH_MS } from '../module/defaults.js';
 import { isCluster } from './is-cluster.js';
 
 /** What `RedisNews.listen` tells of one channel. */
@@ -27,6 +29,10 @@ export class RedisNews {
   /** What `watchLiftedKeys` tells, and whether the lifted-keys channel is listened to now. */
   private readonly liftedWatchers: LiftedKeysWatcher[] = [];
   private liftedListening = false;
+  /** Instances subscribed to the lifted-keys channel when last counted (`instances`). */
+  private counted: number | undefined;
+  private counting: NodeJS.Timeout | undefined;
+  private countInFlight: Promise<void> | undefined;
 
   /** @param liftedChannel where instances announce the keys whose counts they lowered. */
   constructor(
@@ -56,6 +62,10 @@ export class RedisNews {
     const listening = (on: boolean) => {
       this.liftedListening = on;
       for (const each of this.liftedWatchers) each.listening(on);
+      if (!on) return;
+      // Says hello (no keys), so the others count this instance at once, and counts them.
+      this.publish(this.liftedChannel, '[]').catch(() => undefined);
+      this.countInstances();
     };
     this.listen(this.liftedChannel, {
       message: (text) => {
@@ -69,6 +79,10 @@ export class RedisNews {
           listening(true); // Unreadable news: forget every block, and go on listening.
           return;
         }
+        if (keys.length === 0) {
+          this.countInstances(); // another instance's hello
+          return;
+        }
         const lifted = keys.filter((key): key is string => typeof key === 'string');
         for (const each of this.liftedWatchers) each.lifted(lifted);
       },
@@ -77,6 +91,41 @@ export class RedisNews {
         // An ACL without this channel (NOPERM), say: no block is kept, and every refusal asks Redis.
         `Subscribing to ${this.liftedChannel} failed (${String(error)}); the block cache stays off, every request asks Redis`,
     });
+  }
+
+  /**
+   * How many instances share this Redis (every one subscribes to the lifted-keys channel), as last
+   * counted: undefined until a count succeeds. Counted once subscribed, then every
+   * INSTANCE_COUNT_REFRESH_MS. What the local fallback divides a limit by.
+   */
+  get instances(): number | undefined {
+    return this.counted;
+  }
+
+  /**
+   * Counts the instances now, and every INSTANCE_COUNT_REFRESH_MS from the first count. Off the
+   * request path, with an operator's deadline: a Redis that stalls longer than a request's deadline
+   * must still be counted on.
+   */
+  private countInstances(): void {
+    if (this.countInFlight) return;
+    const nodes = isCluster(this.client) ? this.client.nodes('all') : [this.client];
+    this.countInFlight = Promise.all(
+      nodes.map((node) =>
+        withDeadline(node.pubsub('NUMSUB', this.liftedChannel), OPERATION_TIMEOUT_MS, 'PUBSUB NUMSUB'),
+      ),
+    )
+      .then(
+        (counts) => {
+          // [channel, subscribers] from each node: on Cluster, each counts the connections it holds.
+          const total = counts.reduce((sum: number, reply) => sum + Number((reply as unknown[])[1]), 0);
+          if (total > 0) this.counted = total;
+        },
+        // Kept as last counted (an ACL without PUBSUB: never counted, and the fallback assumes).
+        () => undefined,
+      )
+      .finally(() => (this.countInFlight = undefined));
+    this.counting ??= setInterval(() => this.countInstances(), INSTANCE_COUNT_REFRESH_MS).unref();
   }
 
   /**
@@ -103,6 +152,7 @@ export class RedisNews {
   }
 
   stop(): void {
+    clearInterval(this.counting);
     this.subscriber?.disconnect();
   }
 

@@ -30,6 +30,7 @@ import { RAISE_FIXED_WINDOW_SCRIPT, encodeRaiseFixedWindow } from './scripts/rai
 import { REFUND_SCRIPTS, encodeRefund } from './scripts/refund.script.js';
 import { RESET_SCRIPT, encodeReset } from './scripts/reset.script.js';
 import { UnsentCallsError, neverReachedRedis } from './unsent-error.js';
+import { RedisTimeoutError } from './call-safety.js';
 
 /** The failover defences of a Redis store (see `redis/failover/`), each optional. */
 export interface RedisFailoverDefences {
@@ -190,6 +191,20 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     return neverReachedRedis(error);
   }
 
+  /** A request's one call past its deadline: its answer, decoded as `consume` would. */
+  override lateAnswer(hits: readonly RateLimitHit[], error: unknown): Promise<RateLimitConsumption> | undefined {
+    if (!(error instanceof RedisTimeoutError) || !error.answer) return undefined;
+    const { answer, what } = error;
+    if (what === FIXED_WINDOW_FAST_SCRIPT.name) {
+      return answer.then((reply) => decodeFast(reply, hits, this.reportRepaired) ?? Promise.reject(error));
+    }
+    if (what !== CONSUME_SCRIPTS.for(hits).name || !inOneSlot(hits, this.cluster)) return undefined;
+    return answer.then((reply) => {
+      const { allowed, decisions } = this.groupResult(hits, [], reply, undefined, '');
+      return { allowed, decisions, receipts: undefined };
+    });
+  }
+
   async record(hits: readonly RateLimitHit[], now?: number): Promise<void> {
     const nonce = nextNonce();
     const at = now === undefined ? undefined : Math.floor(now);
@@ -271,7 +286,19 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     const group = indices.map((i) => hits[i]);
     const call = { now, nonce, hits: group, record, markerShare: this.markerShare };
     const { keys, args } = encodeConsume(call);
-    const reply = decodeConsume(await this.scripts.run(CONSUME_SCRIPTS.for(group), keys, args), group.length);
+    const answer = await this.scripts.run(CONSUME_SCRIPTS.for(group), keys, args);
+    return this.groupResult(group, indices, answer, now, nonce);
+  }
+
+  /** What the full script answered for one slot's hits (`group`, at `indices` of the request). */
+  private groupResult(
+    group: readonly RateLimitHit[],
+    indices: readonly number[],
+    answer: unknown,
+    now: number | undefined,
+    nonce: string,
+  ): GroupResult {
+    const reply = decodeConsume(answer, group.length);
     const decisions = reply.rules.map((rule, i): RateLimitDecision => {
       if (rule.repaired) this.reportRepaired(group[i]);
       const decision: RateLimitDecision = {

@@ -90,7 +90,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
 
   /**
    * Runs a script with the configured deadline, through the circuit breaker. A call past its
-   * deadline rejects with `RedisTimeoutError` (its late reply, if any, is discarded); while the
+   * deadline rejects with `RedisTimeoutError`, which holds the call for its late answer; while the
    * circuit is open, calls reject at once with `BrokenCircuitError`.
    */
   run(script: RedisScript, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {
@@ -141,6 +141,11 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     return this.redisNews.announceLifted(keys);
   }
 
+  /** @internal How many instances share this Redis, as last counted (`RedisNews.instances`); undefined until known. */
+  get instances(): number | undefined {
+    return this.news?.instances;
+  }
+
   /** @internal Tells `watcher` of the keys any instance lowered, and whether that news reaches this one (`RedisNews`). */
   watchLiftedKeys(watcher: LiftedKeysWatcher): void {
     this.news?.watchLiftedKeys(watcher);
@@ -177,6 +182,14 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   /** The circuit breaker's state: `'open'` while calls to Redis are suspended. */
   get circuitState(): CircuitBreakerState {
     return this.breaker?.state ?? 'closed';
+  }
+
+  /**
+   * Calls past their deadline, as the circuit breaker judged them: `answered` late (a slow Redis),
+   * or `unanswered` a second later (counted as failures).
+   */
+  get lateCalls(): { answered: number; unanswered: number } {
+    return { ...(this.breaker?.lateCalls ?? { answered: 0, unanswered: 0 }) };
   }
 
   /**

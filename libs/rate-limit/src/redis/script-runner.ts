@@ -93,7 +93,7 @@ export class ScriptRunner {
 
   /**
    * A request's call: with the configured deadline, through the circuit breaker. A call past its
-   * deadline rejects with `RedisTimeoutError` (its late reply, if any, is discarded); while the
+   * deadline rejects with `RedisTimeoutError`, which holds the call for its late answer; while the
    * circuit is open, calls reject at once with `BrokenCircuitError`.
    */
   run(script: RedisScript, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {

@@ -174,6 +174,14 @@ export abstract class RateLimitStore {
     return false;
   }
   /**
+   * What a call that failed with `error` decided after all, when the store may still answer it: a
+   * call past its deadline that went out runs late on a store that is slow, not down, and its answer
+   * tells the fallback the counts it is deciding on. Default undefined: no late answer.
+   */
+  lateAnswer(_hits: readonly RateLimitHit[], _error: unknown): Promise<RateLimitConsumption> | undefined {
+    return undefined;
+  }
+  /**
    * A shared store: tells `watcher` of the state keys whose counts any instance lowered other than by
    * time (a reset, a refund), and whether such news reaches this instance now. Returns whether it
    * can; only then does the module keep refused keys in this instance (`blockCache`). Default false.

@@ -1,0 +1,121 @@
+import { describe, expect, it } from 'vitest';
+import type { RateLimitConsumption, RateLimitHit } from '../store/rate-limit-store.js';
+import { LocalFallback } from './local-fallback.js';
+
+const hit = (key: string, limit = 5, windowMs = 1_000): RateLimitHit => ({
+  key,
+  conditional: false,
+  algorithm: 'fixed-window',
+  cost: 1,
+  limit,
+  burst: limit,
+  windowMs,
+  blockMs: 0,
+});
+
+/** What Redis answers for an admitted hit: `used` units counted, `resetMs` left in the window. */
+const answer = (limit: number, used: number, resetMs: number): RateLimitConsumption => ({
+  allowed: true,
+  decisions: [{ allowed: true, limit, remaining: limit - used, resetMs }],
+  receipts: undefined,
+});
+
+/** How many of `n` requests the fallback admits at `now`. */
+const admitted = (fallback: LocalFallback, request: RateLimitHit, n: number, now: number, unsent = false) =>
+  Array.from({ length: n }, () => fallback.consume([request], now, unsent).allowed).filter(Boolean).length;
+
+const fallbackFor = (instances: number | undefined, expectedInstances = 2) =>
+  new LocalFallback({ instances: () => instances, expectedInstances, maxKeys: 100 });
+
+describe('LocalFallback: each instance takes its share of 1.2x the limit', () => {
+  it('of a window Redis never reported on: 1.2 x limit / instances counted on Redis', () => {
+    expect(admitted(fallbackFor(3), hit('a'), 10, 0)).toBe(2); // 6 / 3
+    expect(admitted(fallbackFor(1), hit('a'), 10, 0)).toBe(6);
+  });
+
+  it('assumes expectedInstances while the instances are not counted', () => {
+    expect(admitted(fallbackFor(undefined, 2), hit('a'), 10, 0)).toBe(3);
+    expect(admitted(fallbackFor(undefined, 4), hit('a', 10), 20, 0)).toBe(3);
+  });
+
+  it('admits nothing locally where one unit each would pass 1.2x the limit', () => {
+    expect(admitted(fallbackFor(3), hit('a', 2), 5, 0)).toBe(0); // 2.4 / 3
+  });
+
+  it('of what Redis last said was left in the window, for the rest of it, then afresh', () => {
+    const fallback = fallbackFor(3);
+    fallback.remember([hit('a')], answer(5, 3, 800), 200); // window ends at 1,000
+    expect(admitted(fallback, hit('a'), 5, 300)).toBe(1); // (6 - 3) / 3
+    expect(admitted(fallback, hit('a'), 5, 900)).toBe(0);
+    expect(admitted(fallback, hit('a'), 5, 1_000)).toBe(2); // a window Redis has not reported on
+  });
+
+  it('learns from late answers, keeping the highest count of a window', () => {
+    const fallback = fallbackFor(3);
+    fallback.remember([hit('a')], answer(5, 5, 700), 300);
+    fallback.remember([hit('a')], answer(5, 2, 690), 310); // an older answer, arriving later
+    expect(admitted(fallback, hit('a'), 5, 320)).toBe(0);
+  });
+
+  it("keeps what it admitted in a window it guessed when Redis's own, found later, overlaps it", () => {
+    const fallback = fallbackFor(3);
+    // Redis stalled: the first decision starts a window here at 100 (to 1,100)...
+    expect(admitted(fallback, hit('a'), 5, 100)).toBe(2);
+    // ...and Redis ran the late calls at 400: its window ends at 1,400, one counted.
+    fallback.remember([hit('a')], answer(5, 1, 1_000), 400);
+    // (6 - 1) / 3 = 1, and 2 were admitted here in that second already.
+    expect(admitted(fallback, hit('a'), 5, 500)).toBe(0);
+  });
+
+  it('starts afresh in a window of Redis that begins after the guessed one', () => {
+    const fallback = fallbackFor(3);
+    expect(admitted(fallback, hit('a'), 5, 0)).toBe(2); // guessed: 0 to 1,000
+    fallback.remember([hit('a')], answer(5, 0, 1_000), 1_050); // Redis's: 1,050 to 2,050
+    expect(admitted(fallback, hit('a'), 5, 1_100)).toBe(2);
+  });
+
+  it('decides all rules of a request or none', () => {
+    const fallback = fallbackFor(1);
+    const tight = hit('tight', 1);
+    const loose = hit('loose', 10);
+    expect(fallback.consume([tight, loose], 0, false).allowed).toBe(true); // 1.2 x 1: 1
+    const refused = fallback.consume([tight, loose], 0, false);
+    expect(refused.allowed).toBe(false);
+    expect(refused.decisions.map((decision) => decision.allowed)).toEqual([false, true]);
+    // The refused request took nothing from the loose rule: 12 - 1 left.
+    expect(admitted(fallback, loose, 20, 0)).toBe(11);
+  });
+
+  it('records only what it admitted without reaching Redis, in the window it belongs to', () => {
+    const fallback = fallbackFor(1);
+    admitted(fallback, hit('sent'), 2, 0, false);
+    admitted(fallback, hit('unsent'), 3, 0, true);
+    const pending = fallback.takePending(10);
+    expect(pending.map((units) => [units.hit.key, units.hit.cost, units.until])).toEqual([['unsent', 3, 1_000]]);
+    expect(fallback.hasPending).toBe(false);
+    fallback.putBack(pending);
+    expect(fallback.takePending(10).map((units) => units.hit.cost)).toEqual([3]);
+    // Units of a window that is over are not recorded.
+    admitted(fallback, hit('late'), 1, 0, true);
+    expect(fallback.takePending(1_000)).toEqual([]);
+  });
+
+  it('forgets reset keys', () => {
+    const fallback = fallbackFor(1);
+    expect(admitted(fallback, hit('a'), 10, 0)).toBe(6);
+    fallback.forget(['a']);
+    expect(admitted(fallback, hit('a'), 10, 1)).toBe(6);
+  });
+});
+
+describe('LocalFallback: penalties', () => {
+  it('starts a blockFor penalty on a refusal here, which outlasts the window', () => {
+    const fallback = fallbackFor(1);
+    const login = { ...hit('login', 2, 1_000), blockMs: 60_000 };
+    expect(admitted(fallback, login, 5, 0)).toBe(2); // 1.2 x 2: 2
+    const refused = fallback.consume([login], 0, false);
+    expect(refused.decisions[0].resetMs).toBe(60_000);
+    expect(admitted(fallback, login, 1, 1_500)).toBe(0); // another window, still blocked
+    expect(admitted(fallback, login, 1, 60_000)).toBe(1);
+  });
+});

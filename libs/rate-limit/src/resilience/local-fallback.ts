@@ -1,0 +1,188 @@
+import { LRUCache } from 'lru-cache';
+import { LOCAL_FALLBACK_BOUND } from '../module/defaults.js';
+import { type RateLimitConsumption, type RateLimitHit, committedUnits } from '../store/rate-limit-store.js';
+
+export interface LocalFallbackOptions {
+  /** How many instances share the store, as last counted (undefined: not known). */
+  instances?: () => number | undefined;
+  /** The instances assumed while they are not counted. Default 2. */
+  expectedInstances: number;
+  /** Keys remembered at most. */
+  maxKeys: number;
+}
+
+/**
+ * Units admitted here while the store was out, to record in it once it is back; `until` their
+ * window is over (recording them after would only punish later requests).
+ */
+export type PendingUnits = { hit: RateLimitHit; until: number };
+
+/** Two reports of one window end agree within this much (they are computed from two clocks). */
+const WINDOW_MATCH_MS = 50;
+
+/**
+ * What Redis last said about a key: units used, under which limit (a changed limit changes the
+ * count, not a loss), and when its window resets (on this instance's clock, read after the reply:
+ * a stalled event loop delays it by the stall); `resetAt` stays as first seen for the whole window,
+ * which it names. `admitted`: units this instance admitted in that window. `guessed`: a window
+ * Redis has not reported on, which the fallback started when it first decided the key.
+ */
+type LastSeen = {
+  used: number;
+  limit: number;
+  resetAt: number;
+  admitted: number;
+  guessed: boolean;
+  /** Until when a `blockFor` penalty started here refuses the key (0: none). */
+  blockedUntil: number;
+};
+
+/**
+ * Decides while Redis cannot (the store-error policy `'local'`), so that all instances together
+ * admit at most LOCAL_FALLBACK_BOUND (1.2) times the limit in any window, however long Redis is
+ * out or slow. Each instance remembers, per active key, what Redis last reported, and takes its
+ * share of what is left: `(1.2 × limit − last count) / instances`, whole units, counted in the
+ * window Redis reported (a window it knows nothing of starts at the first local decision, with
+ * nothing used). The instances are counted on Redis (`RedisNews.instances`); until they are,
+ * `expectedInstances` are assumed.
+ *
+ * A slow Redis still runs the calls that missed their deadline, and their late answers are
+ * remembered here (`remember`), so the next stall in the same window starts from the true count.
+ * What it admits without having reached Redis is recorded there once Redis answers again
+ * (`takePending`), for the units whose window is not over by then.
+ */
+export class LocalFallback {
+  private readonly lastSeen: LRUCache<string, LastSeen>;
+  private readonly pending: LRUCache<string, PendingUnits>;
+
+  constructor(private readonly options: LocalFallbackOptions) {
+    this.lastSeen = new LRUCache({ max: options.maxKeys });
+    this.pending = new LRUCache({ max: options.maxKeys });
+  }
+
+  /** Whether units admitted here wait to be recorded in the store. */
+  get hasPending(): boolean {
+    return this.pending.size > 0;
+  }
+
+  /** The units admitted here whose window is not over, to record; forgets them all. */
+  takePending(now: number): PendingUnits[] {
+    const units = [...this.pending.values()].filter((each) => each.until > now);
+    this.pending.clear();
+    return units;
+  }
+
+  /** Units taken to record that did not reach the store: recorded next time. */
+  putBack(units: readonly PendingUnits[]): void {
+    for (const each of units) this.addPending(each.hit, each.until, 0);
+  }
+
+  /** Notes what Redis reported for each hit of a request, on time or late. */
+  remember(hits: readonly RateLimitHit[], consumption: RateLimitConsumption, now: number): void {
+    for (let i = 0; i < hits.length; i += 1) {
+      const hit = hits[i];
+      const resetAt = now + consumption.decisions[i].resetMs;
+      const used = committedUnits(hit, consumption, i);
+      const seen = this.lastSeen.get(hit.key);
+      if (!seen) {
+        this.lastSeen.set(hit.key, { used, limit: hit.limit, resetAt, admitted: 0, guessed: false, blockedUntil: 0 });
+        continue;
+      }
+      // In place: the entry is the key's, and `get` has made it the most recent.
+      // A late answer of a window gone, or of one before the window known here: nothing to learn.
+      if (resetAt <= now || (resetAt < seen.resetAt - WINDOW_MATCH_MS && !seen.guessed)) continue;
+      if (Math.abs(resetAt - seen.resetAt) <= WINDOW_MATCH_MS) {
+        // The same window: a fixed window's count never falls (late answers come out of order).
+        const same = hit.algorithm === 'fixed-window' && seen.limit === hit.limit;
+        seen.used = same ? Math.max(used, seen.used) : used;
+        seen.limit = hit.limit;
+        continue;
+      }
+      // Another window. What this instance admitted in a window it guessed stays counted when the
+      // two overlap: Redis's may have started later (on a stalled Redis, when it ran the late calls),
+      // and the requests admitted meanwhile are of the same moment to their clients.
+      const carried = seen.guessed && seen.resetAt > resetAt - hit.windowMs;
+      seen.admitted = carried ? seen.admitted : 0;
+      seen.used = used;
+      seen.limit = hit.limit;
+      seen.resetAt = resetAt;
+      seen.guessed = false;
+    }
+  }
+
+  /** Reset keys start afresh: what Redis last said of them no longer holds. */
+  forget(keys: readonly string[]): void {
+    for (const key of keys) {
+      this.lastSeen.delete(key);
+      this.pending.delete(key);
+    }
+  }
+
+  /**
+   * Decides a request locally, all rules or none, as the Redis store would.
+   * @param unsent true when the failed call never reached Redis (circuit open, no connection): only
+   *   then are the admitted units recorded later. A call that timed out may still run in Redis, and
+   *   recording its units too would count the request twice.
+   */
+  consume(hits: readonly RateLimitHit[], now: number, unsent: boolean): RateLimitConsumption {
+    const instances = Math.max(1, this.options.instances?.() ?? this.options.expectedInstances);
+    const windows = hits.map((hit): LastSeen => {
+      const seen = this.lastSeen.get(hit.key);
+      if (seen && seen.resetAt > now) return seen;
+      // A window Redis has not reported on: as far as this instance knows, it starts now. A
+      // penalty started here outlasts the window, as in Redis.
+      const blockedUntil = seen?.blockedUntil ?? 0;
+      const guessed = {
+        used: 0,
+        limit: hit.limit,
+        resetAt: now + hit.windowMs,
+        admitted: 0,
+        guessed: true,
+        blockedUntil,
+      };
+      this.lastSeen.set(hit.key, guessed);
+      return guessed;
+    });
+    const shares = hits.map((hit, i) =>
+      Math.max(0, Math.floor((LOCAL_FALLBACK_BOUND * hit.limit - windows[i].used) / instances)),
+    );
+    const fits = hits.map((hit, i) => windows[i].blockedUntil <= now && windows[i].admitted + hit.cost <= shares[i]);
+    const allowed = fits.every(Boolean);
+    for (let i = 0; i < hits.length; i += 1) {
+      const window = windows[i];
+      if (allowed) {
+        window.admitted += hits[i].cost;
+        if (unsent) this.addPending(hits[i], window.resetAt, now);
+      } else if (!fits[i] && hits[i].blockMs > 0 && window.blockedUntil <= now) {
+        // Refused here: its penalty starts, as Redis would start it (never in flight locally).
+        window.blockedUntil = now + hits[i].blockMs;
+      }
+    }
+    return {
+      allowed,
+      decisions: hits.map((hit, i) => {
+        const window = windows[i];
+        const left = shares[i] - window.admitted;
+        const blocked = window.blockedUntil > now;
+        return {
+          allowed: allowed || fits[i],
+          limit: hit.limit,
+          remaining: blocked ? 0 : Math.max(0, left),
+          resetMs: Math.max(window.resetAt, window.blockedUntil) - now,
+        };
+      }),
+      receipts: undefined,
+    };
+  }
+
+  /** Units admitted without reaching Redis, to record in the window they belong to (ending `until`). */
+  private addPending(hit: RateLimitHit, until: number, now: number): void {
+    const units = this.pending.get(hit.key);
+    if (units && units.until > now) {
+      units.hit = { ...units.hit, cost: units.hit.cost + hit.cost };
+      units.until = Math.min(units.until, until);
+    } else {
+      this.pending.set(hit.key, { hit, until });
+    }
+  }
+}
