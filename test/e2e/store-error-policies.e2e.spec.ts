@@ -81,12 +81,12 @@ describe('when Redis cannot decide, each rule follows its onStoreError', () => {
     expect(await statuses('/policies/local', 'known', 1)).toEqual([429]);
     // The next window starts afresh: 1.2 x 10 / 1 instance.
     vi.setSystemTime(Date.now() + 30_000);
-    expect(await statuses('/policies/local', 'known', 13)).toEqual([...new Array(12).fill(200), 429]);
+    expect(await statuses('/policies/local', 'known', 13)).toEqual([...Array.from({ length: 12 }, () => 200), 429]);
   });
 
   it("'local': a key Redis never reported on gets 1.2 x count / instances, never unlimited", async () => {
     process.kill(server.pid, 'SIGSTOP');
-    expect(await statuses('/policies/local', 'unknown', 13)).toEqual([...new Array(12).fill(200), 429]);
+    expect(await statuses('/policies/local', 'unknown', 13)).toEqual([...Array.from({ length: 12 }, () => 200), 429]);
   });
 
   it("'allow' admits, 'deny' refuses with the configured 503 and Retry-After", async () => {

@@ -1,4 +1,3 @@
-import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RateLimitRuleRef } from 'nest-rate-limit';
 import { until } from '../support/poll.js';
@@ -81,7 +80,7 @@ async function slowMinute(stallMs: number): Promise<Map<string, Figures>> {
       ['one rule', ONE_RULE],
       ['three rules', THREE_RULES],
     ]);
-    const perWindow = new Map([...sets.keys()].map((name) => [name, new Array<number>(SECONDS).fill(0)]));
+    const perWindow = new Map([...sets.keys()].map((name) => [name, Array.from({ length: SECONDS }, () => 0)]));
     const start = performance.now();
     const bursts: Promise<void>[] = [];
     for (let second = 0; second < SECONDS; second += 1) {
