@@ -124,6 +124,31 @@ describe('the circuit breaker in front of Redis', () => {
     }
   });
 
+  it("hands over a late call's answer, decoded by the script consume chose for it (fast or full)", async () => {
+    const { store, close } = await storeWith(false);
+    const prefix = uniquePrefix();
+    const fast = hit(`${prefix}:{f}:r:fw`, { limit: 10, windowMs: 600_000 });
+    // blockFor takes the full script.
+    const full = hit(`${prefix}:{g}:r:fw`, { limit: 10, windowMs: 600_000, blockMs: 60_000 });
+    try {
+      for (const each of [fast, full]) await store.consume([each]);
+      process.kill(server.pid, 'SIGSTOP');
+      const errors = await Promise.all(
+        [fast, full].map((each) => store.consume([each]).catch((error: unknown) => error)),
+      );
+      expect(errors.map((error) => (error as Error).name)).toEqual(['RedisTimeoutError', 'RedisTimeoutError']);
+      const late = [store.lateAnswer([fast], errors[0]), store.lateAnswer([full], errors[1])];
+      process.kill(server.pid, 'SIGCONT');
+      const answers = await Promise.all(late);
+      expect(answers.map((answer) => [answer!.allowed, answer!.decisions[0].remaining])).toEqual([
+        [true, 8],
+        [true, 8],
+      ]);
+    } finally {
+      await close();
+    }
+  });
+
   it('opens when the share of failed calls in the window reaches the ratio, not before', async () => {
     const {
       store,

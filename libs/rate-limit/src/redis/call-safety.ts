@@ -26,12 +26,10 @@ export class RedisTimeoutError extends Error {
   /**
    * @param answer the call itself, when it went out: a Redis that is slow, not down, still runs it
    *   and answers late, and the answer tells the truth about the counters (`lateAnswer`).
-   * @param what the call: the script's name.
    */
   constructor(
     message: string,
     readonly answer?: Promise<unknown>,
-    readonly what?: string,
   ) {
     super(message);
   }
@@ -157,7 +155,7 @@ export class CallDeadlines {
           if (deadline.settled) return;
           deadline.settled = true;
           const message = `Redis did not answer ${deadline.what} within ${this.timeoutMs} ms`;
-          deadline.fail(new RedisTimeoutError(message, deadline.call, deadline.what));
+          deadline.fail(new RedisTimeoutError(message, deadline.call));
         });
       }
     }

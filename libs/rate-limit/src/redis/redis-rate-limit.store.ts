@@ -191,14 +191,23 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     return neverReachedRedis(error);
   }
 
-  /** A request's one call past its deadline: its answer, decoded as `consume` would. */
-  override lateAnswer(hits: readonly RateLimitHit[], error: unknown): Promise<RateLimitConsumption> | undefined {
+  /**
+   * A request's one call past its deadline: its answer, decoded as `consume` would, by the script
+   * `consume` chose for these hits (every consume script is named 'consume'). A fast call whose
+   * answer asked for the full script, and whose full call then timed out, decodes as neither: its
+   * reply fails the fast decoding's check, and nothing is learned. Requests split over slots: none.
+   */
+  override lateAnswer(
+    hits: readonly RateLimitHit[],
+    error: unknown,
+    now?: number,
+  ): Promise<RateLimitConsumption> | undefined {
     if (!(error instanceof RedisTimeoutError) || !error.answer) return undefined;
-    const { answer, what } = error;
-    if (what === FIXED_WINDOW_FAST_SCRIPT.name) {
+    const { answer } = error;
+    if (this.fast && now === undefined && this.allFast(hits)) {
       return answer.then((reply) => decodeFast(reply, hits, this.reportRepaired) ?? Promise.reject(error));
     }
-    if (what !== CONSUME_SCRIPTS.for(hits).name || !inOneSlot(hits, this.cluster)) return undefined;
+    if (!inOneSlot(hits, this.cluster)) return undefined;
     return answer.then((reply) => {
       const { allowed, decisions } = this.groupResult(hits, [], reply, undefined, '');
       return { allowed, decisions, receipts: undefined };

@@ -142,7 +142,7 @@ export class ResilientStore extends DecidingStore {
       // A slow Redis still runs the call: its answer, late, tells the fallback the counts.
       const fallback = this.fallback;
       this.store
-        .lateAnswer(hits, error)
+        .lateAnswer(hits, error, given)
         ?.then((consumption) => fallback.remember(hits, consumption, given ?? Date.now()))
         .catch(() => undefined);
     }

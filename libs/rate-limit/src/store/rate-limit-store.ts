@@ -176,9 +176,14 @@ export abstract class RateLimitStore {
   /**
    * What a call that failed with `error` decided after all, when the store may still answer it: a
    * call past its deadline that went out runs late on a store that is slow, not down, and its answer
-   * tells the fallback the counts it is deciding on. Default undefined: no late answer.
+   * tells the fallback the counts it is deciding on. `now` as given to that `consume`. Default
+   * undefined: no late answer.
    */
-  lateAnswer(_hits: readonly RateLimitHit[], _error: unknown): Promise<RateLimitConsumption> | undefined {
+  lateAnswer(
+    _hits: readonly RateLimitHit[],
+    _error: unknown,
+    _now?: number,
+  ): Promise<RateLimitConsumption> | undefined {
     return undefined;
   }
   /**
