@@ -80,8 +80,9 @@ export const BLOCK_CACHE_MAX_KEYS = 10_000;
  * The most the instances together admit in a window the `'local'` fallback decides, as a multiple
  * of the limit: each instance takes its share of `1.2 × limit` less what Redis last reported used.
  * Shares are whole units, so with exactly the limit a rule of 5 on 3 instances would admit 3 in all
- * (1 each); 1.2 lets it admit 6 (2 each), and never more than 1.2x, however long Redis is out or
- * slow (`test/integration/slow-redis.spec.ts` measures it).
+ * (1 each); 1.2 lets it admit 6 (2 each), and the fallback never more than 1.2x, however long Redis
+ * is out or slow (`test/integration/slow-redis.spec.ts` measures it; what Redis admitted on time to
+ * other instances that this one has not heard of can still come on top).
  */
 export const LOCAL_FALLBACK_BOUND = 1.2;
 

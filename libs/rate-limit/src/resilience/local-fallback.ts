@@ -39,7 +39,7 @@ type LastSeen = {
 
 /**
  * Decides while Redis cannot (the store-error policy `'local'`), so that all instances together
- * admit at most LOCAL_FALLBACK_BOUND (1.2) times the limit in any window, however long Redis is
+ * admit locally at most LOCAL_FALLBACK_BOUND (1.2) times the limit in any window, however long Redis is
  * out or slow. Each instance remembers, per active key, what Redis last reported, and takes its
  * share of what is left: `(1.2 × limit − last count) / instances`, whole units, counted in the
  * window Redis reported (a window it knows nothing of starts at the first local decision, with
