@@ -67,7 +67,9 @@ describe('Redis paused, then killed and restarted, under steady traffic', () => 
     expect(paused.filter((s) => s.status !== 200)).toEqual([]);
     // The local fallback decided (the limit is far off); no request waited on the paused server.
     expect(paused.filter((s) => !s.fromRedis).length).toBeGreaterThan(paused.length * 0.9);
-    expect(Math.max(...paused.map(latency))).toBeLessThan(1_000);
+    // Bounded: the first calls wait a second more for a late answer (Redis could be only slow),
+    // then calls are decided at their deadline, and the circuit opens.
+    expect(Math.max(...paused.map(latency))).toBeLessThan(2_000);
     // Open, or probing (half-open) at this instant.
     expect(app.get(RedisService).circuitState).not.toBe('closed');
 

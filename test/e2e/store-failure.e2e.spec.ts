@@ -72,8 +72,9 @@ describe('when Redis stops answering, requests are decided by the store-error po
     } finally {
       process.kill(server.pid, 'SIGCONT');
     }
-    // Not a speed measurement: a request that waited on the paused Redis would take seconds.
-    expect(slowest.ms).toBeLessThan(1_000);
+    // Not a speed measurement: a request that waited on the paused Redis would take seconds. The
+    // first waits a second more for a late answer (Redis could be only slow), then Redis seems down.
+    expect(slowest.ms).toBeLessThan(2_000);
     // Ten failures, one sampled line per app.
     const failures = logs.at(
       'error',

@@ -84,6 +84,7 @@ const ENTRIES: Record<string, { declarations: string; names: string[] }> = {
       'RateLimitHealth',
       'RateLimitHealthIndicator',
       'RateLimitLoggingOptions',
+      'RedisMemoryState',
       'SampledLogLevel',
     ],
   },

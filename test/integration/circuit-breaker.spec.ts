@@ -9,6 +9,12 @@ import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createStore, hit } from '../support/store-module.js';
 import { uniquePrefix } from '../support/test-app.js';
 
+/** A script that keeps Redis busy for ARGV[1] µs, as a slow command does. */
+const SPIN = `local t0 = redis.call('TIME')
+local start = t0[1] * 1000000 + t0[2]
+repeat local t = redis.call('TIME') until t[1] * 1000000 + t[2] - start >= tonumber(ARGV[1])
+return 1`;
+
 function scriptCalls(info: string): number {
   return [...info.matchAll(/^cmdstat_(evalsha|eval):calls=(\d+)/gm)].reduce((sum, m) => sum + Number(m[2]), 0);
 }
@@ -31,8 +37,14 @@ describe('the circuit breaker in front of Redis', () => {
 
   afterAll(() => server?.stop());
 
-  async function storeWith(circuitBreaker: RateLimitStoreErrorOptions['circuitBreaker']) {
-    const created = await createStore({ redis: server.url, storeErrors: { timeoutMs: 50, circuitBreaker } });
+  async function storeWith(
+    circuitBreaker: RateLimitStoreErrorOptions['circuitBreaker'],
+    storeErrors: RateLimitStoreErrorOptions = {},
+  ) {
+    const created = await createStore({
+      redis: server.url,
+      storeErrors: { timeoutMs: 50, circuitBreaker, ...storeErrors },
+    });
     Logger.overrideLogger(logs);
     return created;
   }
@@ -98,7 +110,11 @@ describe('the circuit breaker in front of Redis', () => {
       store,
       redis: service,
       close,
-    } = await storeWith({ failureRatio: 0.3, minimumCalls: 20, windowMs: 10_000, consecutiveFailures: 3 });
+    } = await storeWith(
+      { failureRatio: 0.3, minimumCalls: 20, windowMs: 10_000, consecutiveFailures: 3 },
+      // Decided at the deadline, so the paused calls fail at once and are judged later.
+      { waitForLateAnswers: false },
+    );
     const key = `${uniquePrefix()}:{s}:r:fw`;
     try {
       for (let i = 0; i < 14; i += 1) await store.consume([hit(key, { limit: 1_000, windowMs: 600_000 })]);
@@ -120,6 +136,33 @@ describe('the circuit breaker in front of Redis', () => {
       expect(service.circuitState).toBe('closed');
       expect(await failWhilePaused(store, key)).toBe('admitted');
     } finally {
+      await close();
+    }
+  });
+
+  it('a call past its deadline waits for its late answer, unless Redis has left one unanswered', async () => {
+    const { store, redis: service, close } = await storeWith(false);
+    const key = `${uniquePrefix()}:{w}:r:fw`;
+    try {
+      await store.consume([hit(key, { limit: 1_000, windowMs: 600_000 })]);
+      // Redis busy for 300 ms (a slow command), sent ahead of the call on its own connection: the
+      // call misses its 50 ms deadline, and Redis answers it.
+      const stall = (service.client as Redis).eval(SPIN, 0, 300_000);
+      expect(await failWhilePaused(store, key)).toBe('admitted');
+      await stall;
+      expect(service.lateCalls).toEqual({ answered: 1, unanswered: 0 });
+      expect(await fixedWindowCount(redis, key)).toBe(2);
+
+      // Paused: the first call waits its second, then fails; Redis seems down, and the next call
+      // fails at its deadline, judged only afterwards.
+      process.kill(server.pid, 'SIGSTOP');
+      expect(await failWhilePaused(store, key)).toBe('RedisTimeoutError');
+      expect(service.lateCalls).toEqual({ answered: 1, unanswered: 1 });
+      expect(await failWhilePaused(store, key)).toBe('RedisTimeoutError');
+      expect(service.lateCalls).toEqual({ answered: 1, unanswered: 1 });
+      await until(() => service.lateCalls.unanswered === 2, { timeoutMs: 5_000, what: 'the second call judged' });
+    } finally {
+      process.kill(server.pid, 'SIGCONT');
       await close();
     }
   });

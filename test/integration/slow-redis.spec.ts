@@ -131,29 +131,26 @@ describe('A Redis slower than the deadline: stalls of 150 ms and 500 ms for a mi
   }, 150_000);
 
   afterAll(() => {
-    const rows = [...results].map(([name, { perWindow, stalls }]) => {
+    const rows = [...results].map(([name, { perWindow, byFallback, stalls }]) => {
       const sorted = [...perWindow].sort((a, b) => a - b);
       const over = perWindow.filter((admitted) => admitted > LIMIT).length;
-      return `| ${name} | ${stalls} | ${sorted[0]} | ${sorted[sorted.length - 1]} | ${(sorted[sorted.length - 1] / LIMIT).toFixed(2)}x | ${over} of ${perWindow.length} |`;
+      return `| ${name} | ${stalls} | ${sorted[0]} | ${sorted[sorted.length - 1]} | ${(sorted[sorted.length - 1] / LIMIT).toFixed(2)}x | ${over} of ${perWindow.length} | ${byFallback.reduce((sum, n) => sum + n, 0)} |`;
     });
     console.log(
       [
         `limit ${LIMIT} per 2 s, each second's identities their own; ${BURSTS_PER_SECOND} bursts of ${BURST} a second over ${INSTANCES} instances; storeErrors defaults`,
-        '| stalls, rules | stalls | fewest admitted in a window | most | most / limit | windows over the limit |',
-        '|---|---|---|---|---|---|',
+        '| stalls, rules | stalls | fewest admitted in a window | most | most / limit | windows over the limit | admitted by the fallback |',
+        '|---|---|---|---|---|---|---|',
         ...rows,
       ].join('\n'),
     );
   });
 
-  // The target, at most 1.2x the limit in every window, is printed above, not asserted: it does
-  // not always hold. When one instance's calls run just before a stall and another's just after,
-  // Redis admits the limit on time to the first while the second, which Redis never answered for
-  // that window, takes its share too (up to 1.8x measured; docs/failure-modes.md). What holds:
-  it('the fallback admits at most 1.2x the limit in a window, all instances together; Redis at most the limit', () => {
+  it('admits at most 1.2x the limit in any window, all instances together', () => {
     expect(results.size).toBe(4);
     for (const [name, { perWindow, byFallback }] of results) {
-      expect(Math.max(...byFallback), name).toBeLessThanOrEqual(LIMIT * 1.2);
+      expect(Math.max(...perWindow), name).toBeLessThanOrEqual(LIMIT * 1.2);
+      // Redis decides what it can: the fallback only the margin, on the calls Redis never answered.
       const byRedis = perWindow.map((admitted, second) => admitted - byFallback[second]);
       expect(Math.max(...byRedis), name).toBeLessThanOrEqual(LIMIT);
     }

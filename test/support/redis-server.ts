@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { Redis } from 'ioredis';
 import { until } from './poll.js';
+import type { TlsFiles } from './tls-certs.js';
 
 /** A redis-server process this test file started, on a loopback port of its own. */
 export interface RedisServer {
@@ -23,9 +24,36 @@ process.once('exit', () => {
   for (const child of running) child.kill('SIGKILL');
 });
 
-/** Starts `redis-server` (from PATH or `REDIS_SERVER_BIN`) on a free loopback port, with no persistence. */
-export async function startRedisServer(extraArgs: readonly string[] = [], port?: number): Promise<RedisServer> {
-  return startProcess((dir) => ({ args: extraArgs, readyLine: 'Ready to accept connections', dir }), port);
+/**
+ * Starts `redis-server` (from PATH or `REDIS_SERVER_BIN`) on a free loopback port, with no
+ * persistence; with `tls`, that port speaks TLS only (its `url` is `rediss://`).
+ */
+export async function startRedisServer(
+  extraArgs: readonly string[] = [],
+  port?: number,
+  tls?: TlsFiles,
+): Promise<RedisServer> {
+  return startProcess((dir) => ({ args: extraArgs, readyLine: 'Ready to accept connections', dir, tls }), port);
+}
+
+/** A TLS-only server's arguments: no plain port, clients not asked for certificates. */
+function tlsArgs(tls: TlsFiles, port: number): string[] {
+  return [
+    '--port',
+    '0',
+    '--tls-port',
+    String(port),
+    '--tls-cert-file',
+    tls.certFile,
+    '--tls-key-file',
+    tls.keyFile,
+    '--tls-ca-cert-file',
+    tls.caFile,
+    '--tls-auth-clients',
+    'no',
+    '--tls-replication',
+    'yes',
+  ];
 }
 
 interface LaunchPlan {
@@ -35,6 +63,8 @@ interface LaunchPlan {
   /** The log line that says the process serves. */
   readyLine: string;
   dir: string;
+  /** Serve TLS only, with these files. */
+  tls?: TlsFiles;
 }
 
 async function startProcess(plan: (dir: string, port: number) => LaunchPlan, fixedPort?: number): Promise<RedisServer> {
@@ -92,8 +122,7 @@ async function launch(binary: string, port: number, plan: LaunchPlan): Promise<R
     binary,
     [
       ...(plan.leadingArgs ?? []),
-      '--port',
-      String(port),
+      ...(plan.tls ? tlsArgs(plan.tls, port) : ['--port', String(port)]),
       '--bind',
       '127.0.0.1',
       '--save',
@@ -134,10 +163,11 @@ async function launch(binary: string, port: number, plan: LaunchPlan): Promise<R
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   return {
     port,
-    url: `redis://127.0.0.1:${port}`,
+    url: `${plan.tls ? 'rediss' : 'redis'}://127.0.0.1:${port}`,
     pid: child.pid!,
     client() {
-      const client = new Redis({ host: '127.0.0.1', port, lazyConnect: false, maxRetriesPerRequest: 1 });
+      const tls = plan.tls && { ca: plan.tls.ca };
+      const client = new Redis({ host: '127.0.0.1', port, lazyConnect: false, maxRetriesPerRequest: 1, tls });
       clients.push(client);
       return client;
     },
@@ -253,14 +283,18 @@ export interface RedisSentinelSet {
  * Starts a master, a replica of it and three sentinels (quorum 2) that notice a failure after
  * `downAfterMs`; resolves once every sentinel knows the replica and the other sentinels.
  */
-export async function startRedisSentinelSet(downAfterMs = 1_000, name = 'mymaster'): Promise<RedisSentinelSet> {
-  const master = await startRedisServer();
+export async function startRedisSentinelSet(
+  downAfterMs = 1_000,
+  name = 'mymaster',
+  tls?: TlsFiles,
+): Promise<RedisSentinelSet> {
+  const master = await startRedisServer([], undefined, tls);
   const started: RedisServer[] = [master];
   const stop = async () => {
     await Promise.all(started.map((server) => server.stop()));
   };
   try {
-    const replica = await startRedisServer(['--replicaof', '127.0.0.1', String(master.port)]);
+    const replica = await startRedisServer(['--replicaof', '127.0.0.1', String(master.port)], undefined, tls);
     started.push(replica);
     const replicaClient = replica.client();
     await until(async () => (await replicaClient.info('replication')).includes('master_link_status:up'), {
@@ -282,7 +316,7 @@ export async function startRedisSentinelSet(downAfterMs = 1_000, name = 'mymaste
             '',
           ].join('\n'),
         );
-        return { leadingArgs: [config, '--sentinel'], args: [], readyLine: '+monitor master', dir };
+        return { leadingArgs: [config, '--sentinel'], args: [], readyLine: '+monitor master', dir, tls };
       });
       sentinels.push(sentinel);
       started.push(sentinel);

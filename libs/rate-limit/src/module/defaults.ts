@@ -12,6 +12,7 @@ export const RATE_LIMIT_DEFAULTS = {
   storeErrors: {
     policy: 'local',
     timeoutMs: 100,
+    waitForLateAnswers: true,
     circuitBreaker: {
       failureRatio: 0.3,
       minimumCalls: 20,
@@ -81,8 +82,8 @@ export const BLOCK_CACHE_MAX_KEYS = 10_000;
  * of the limit: each instance takes its share of `1.2 × limit` less what Redis last reported used.
  * Shares are whole units, so with exactly the limit a rule of 5 on 3 instances would admit 3 in all
  * (1 each); 1.2 lets it admit 6 (2 each), and the fallback never more than 1.2x, however long Redis
- * is out or slow (`test/integration/slow-redis.spec.ts` measures it; what Redis admitted on time to
- * other instances that this one has not heard of can still come on top).
+ * is out or slow. While Redis may be up (only slow), the fallback shares only the margin above the
+ * limit, as Redis may be admitting the limit on time elsewhere (`test/integration/slow-redis.spec.ts`).
  */
 export const LOCAL_FALLBACK_BOUND = 1.2;
 
@@ -92,6 +93,14 @@ export const LOCAL_FALLBACK_BOUND = 1.2;
  * late but answers, and its calls go on; one that does not answer in a second is failing.
  */
 export const LATE_ANSWER_GRACE_MS = 1_000;
+
+/**
+ * Redis counts as down, not slow, this long after it left a call unanswered for
+ * LATE_ANSWER_GRACE_MS (unless it answered one late since): meanwhile, calls past their deadline
+ * are decided at once rather than waiting for answers (`storeErrors.waitForLateAnswers`). 10 s
+ * spans the circuit breaker's probes of a Redis that is down, so they do not each hold requests.
+ */
+export const SLOW_REDIS_MEMORY_MS = 10_000;
 
 /**
  * How often an instance counts the instances sharing its Redis (`PUBSUB NUMSUB`), for the `'local'`

@@ -138,6 +138,7 @@ const decidingStoreProvider: Provider = {
         ...storeErrors.localFallback,
         maxKeys: memoryStore.maxKeys,
         instances: store instanceof RedisRateLimitStore ? () => redis.instances : undefined,
+        storeSeemsDown: store instanceof RedisRateLimitStore ? () => redis.seemsDown : undefined,
       },
       observer,
     });

@@ -3,14 +3,16 @@ import { KeyAuditSchedule } from './key-audit-schedule.js';
 import { RedisConfigCentre } from '../live/redis-config-centre.js';
 import { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
 import type { CircuitBreakerState } from '../redis/call-safety.js';
+import type { RedisMemoryState } from '../redis/redis-memory.js';
 import { RedisService } from '../redis/redis.service.js';
 
 /** What `RateLimitHealthIndicator.isHealthy` reports under its key. */
 export interface RateLimitHealth {
   /**
    * `'down'`: Redis does not answer, or the circuit breaker is open (requests are decided by the
-   * store-error policy). `'degraded'`: Redis answers, but the live limits may miss changes or a key
-   * without a TTL was found. `'up'`: neither.
+   * store-error policy). `'degraded'`: Redis answers, but the live limits may miss changes, a key
+   * without a TTL was found, or Redis evicted keys since the last check under an evicting
+   * `maxmemory-policy` (counters may be lost). `'up'`: none of these.
    */
   status: 'up' | 'degraded' | 'down';
   store: 'redis' | 'memory';
@@ -26,6 +28,8 @@ export interface RateLimitHealth {
   liveConfigInSync?: boolean;
   /** Keys without a TTL at the last background audit (`keyAudit.intervalMs`); absent until one ran. */
   keysWithoutTtl?: number;
+  /** Redis's `maxmemory` (bytes; 0: none) and `maxmemory-policy`, its `evicted_keys`, and whether it evicted since the last check. */
+  memory?: RedisMemoryState;
 }
 
 /**
@@ -37,7 +41,7 @@ export interface RateLimitHealth {
  * check() { return this.health.check([() => this.rateLimit.isHealthy()]); }
  * ```
  *
- * Asks Redis (PING, SCRIPT EXISTS) within the call deadline; the key audit runs in the
+ * Asks Redis (PING, SCRIPT EXISTS, INFO memory and stats) within the call deadline; the key audit runs in the
  * background, started by the first check, never per check.
  */
 @Injectable()
@@ -62,6 +66,7 @@ export class RateLimitHealthIndicator {
     const reachable = await this.redis.reachable();
     // Not answered is not a no: a hung Redis still holds its scripts.
     const scriptsLoaded = reachable ? await this.redis.scriptsLoaded().catch(() => 'unknown' as const) : 'unknown';
+    const memory = reachable ? await this.redis.memoryState().catch(() => undefined) : undefined;
     const health: RateLimitHealth = {
       status: 'up',
       store: 'redis',
@@ -71,8 +76,11 @@ export class RateLimitHealthIndicator {
     };
     if (this.centre instanceof RedisConfigCentre) health.liveConfigInSync = this.centre.state.inSync;
     if (keysWithoutTtl !== undefined) health.keysWithoutTtl = keysWithoutTtl;
+    if (memory) health.memory = memory;
     if (!reachable || breaker === 'open') health.status = 'down';
-    else if (health.liveConfigInSync === false || (keysWithoutTtl ?? 0) > 0) health.status = 'degraded';
+    else if (health.liveConfigInSync === false || (keysWithoutTtl ?? 0) > 0 || memory?.evicting) {
+      health.status = 'degraded';
+    }
     return health;
   }
 }

@@ -9,7 +9,6 @@ import {
   handleWhen,
 } from 'cockatiel';
 import { SampledLogger } from '../logging/sampled-logger.js';
-import { LATE_ANSWER_GRACE_MS } from '../module/defaults.js';
 import type { RateLimitCircuitBreakerOptions } from '../module/options.js';
 
 /*
@@ -242,9 +241,6 @@ export class RedisCircuitBreaker implements CallOutcomes {
   private readonly policy: CircuitBreakerPolicy;
   private readonly breaker: EitherBreaker;
   private readonly transitions: SampledLogger;
-  /** Calls past their deadline, judged (`judgeLate`). */
-  readonly lateCalls = { answered: 0, unanswered: 0 };
-
   constructor(options: Required<RateLimitCircuitBreakerOptions>, logger: LoggerService, logIntervalMs: number) {
     this.transitions = new SampledLogger(logger, {
       intervalMs: logIntervalMs,
@@ -303,44 +299,19 @@ export class RedisCircuitBreaker implements CallOutcomes {
 
   /**
    * A call made while closed failed: counted through `execute` (which opens the circuit when it
-   * must); rejects with the call's own error either way.
+   * must); rejects with the call's own error either way. (Calls past their deadline come through
+   * `LateAnswers`, which counts them once judged.)
    */
   failed(error: unknown): Promise<never> {
-    if (error instanceof RedisTimeoutError && error.answer) {
-      this.judgeLate(error.answer, error);
-      return Promise.reject(error);
-    }
     if (this.policy.state !== CircuitState.Closed) return Promise.reject(error);
     const rejected = () => Promise.reject(error);
     return this.policy.execute(rejected).then(rejected, rejected);
   }
 
-  /**
-   * A call past its deadline that went out is judged by its answer: a Redis that answers late is
-   * slow, not failing, and opening the circuit on it would only leave calls unsent, whose
-   * admissions Redis learns later (while every instance decides alone). Counted a failure only if
-   * no answer comes within LATE_ANSWER_GRACE_MS, or it is an error.
-   */
-  private judgeLate(answer: Promise<unknown>, error: RedisTimeoutError): void {
-    let judged = false;
-    const judge = (failure: unknown) => {
-      if (judged) return;
-      judged = true;
-      clearTimeout(timer);
-      if (failure === undefined) {
-        this.lateCalls.answered += 1;
-        this.succeeded();
-        return;
-      }
-      this.lateCalls.unanswered += 1;
-      if (this.policy.state === CircuitState.Closed)
-        this.policy.execute(() => Promise.reject(failure)).catch(() => undefined);
-    };
-    const timer = setTimeout(() => judge(error), LATE_ANSWER_GRACE_MS).unref();
-    answer.then(
-      () => judge(undefined),
-      (failure: unknown) => judge(failure),
-    );
+  /** Counts a failed call made while closed, which may open the circuit. */
+  countFailure(error: unknown): void {
+    if (this.policy.state === CircuitState.Closed)
+      this.policy.execute(() => Promise.reject(error)).catch(() => undefined);
   }
 
   execute<T>(call: () => Promise<T>): Promise<T> {

@@ -7,6 +7,8 @@ import { LOG_SAMPLING } from '../module/defaults.js';
 import { mastersOf } from './masters.js';
 import { type CircuitBreakerState, RedisCircuitBreaker, RedisTimeoutError, withDeadline } from './call-safety.js';
 import { type KeyAuditReport, auditRateLimitKeys } from './key-audit.js';
+import { LateAnswers } from './late-answers.js';
+import { RedisMemory, type RedisMemoryState } from './redis-memory.js';
 import { unsupportedRedis } from './redis-version.js';
 import { isCluster } from './is-cluster.js';
 import { REDIS_CONNECTION, type RedisConnection, reconnectDelay } from './redis-connection.js';
@@ -33,6 +35,10 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   private readonly timeoutMs: number;
   private readonly keyPrefix: string;
   private readonly breaker: RedisCircuitBreaker | undefined;
+  private readonly lateAnswers: LateAnswers;
+  private memory: RedisMemory | undefined;
+  /** The client's last error event: why a connection failed (a certificate refused, a password). */
+  private connectionError: Error | undefined;
   private readonly runner: ScriptRunner | undefined;
   private readonly news: RedisNews | undefined;
   private readonly readyListeners: (() => void)[] = [];
@@ -45,19 +51,21 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   ) {
     this.timeoutMs = resolved.storeErrors.timeoutMs;
     this.keyPrefix = resolved.keyPrefix;
-    const { circuitBreaker } = resolved.storeErrors;
+    const { circuitBreaker, waitForLateAnswers } = resolved.storeErrors;
     if (circuitBreaker) {
       this.breaker = new RedisCircuitBreaker(circuitBreaker, this.logger, LOG_SAMPLING.intervalMs);
     }
+    this.lateAnswers = new LateAnswers(waitForLateAnswers, this.breaker);
     this.redis = connection?.client;
     this.ownsClient = connection?.owned ?? false;
     if (this.redis) {
-      this.runner = new ScriptRunner(this.redis, this.timeoutMs, this.breaker, this.logger);
+      this.runner = new ScriptRunner(this.redis, this.timeoutMs, this.breaker, this.lateAnswers, this.logger);
       this.news = new RedisNews(this.redis, `${resolved.keyPrefix}:lifted`, this.timeoutMs, this.logger);
+      this.memory = new RedisMemory(this.redis, this.logger, () => this.describe());
       this.redis.on('ready', this.onReady);
       // An 'error' event without a listener is printed for every reconnect attempt; the limiter
       // reports failures itself, by sampling, when a request meets them.
-      if (this.ownsClient) this.redis.on('error', () => undefined);
+      if (this.ownsClient) this.redis.on('error', (error: Error) => (this.connectionError = error));
       if (this.ownsClient) this.redis.on('end', this.onEnd);
     }
   }
@@ -174,6 +182,14 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     }
   }
 
+  /**
+   * @internal Redis's `maxmemory`, its policy, and whether it evicted keys since the last call, each
+   * master within `timeoutMs`; warns of an evicting policy, once (`RedisMemory`).
+   */
+  memoryState(timeoutMs = this.timeoutMs): Promise<RedisMemoryState> {
+    return this.memory!.check((call) => withDeadline(call, timeoutMs, 'INFO memory'));
+  }
+
   /** @internal Whether every script registered so far is cached on every master (SCRIPT EXISTS). */
   scriptsLoaded(): Promise<boolean> {
     return this.scriptRunner.loaded();
@@ -185,11 +201,16 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   }
 
   /**
-   * Calls past their deadline, as the circuit breaker judged them: `answered` late (a slow Redis),
-   * or `unanswered` a second later (counted as failures).
+   * Calls past their deadline, as judged (`LateAnswers`): `answered` late (a slow Redis), or
+   * `unanswered` a second later (failures for the circuit breaker).
    */
   get lateCalls(): { answered: number; unanswered: number } {
-    return { ...(this.breaker?.lateCalls ?? { answered: 0, unanswered: 0 }) };
+    return { ...this.lateAnswers.counts };
+  }
+
+  /** @internal Whether Redis seems down rather than slow (`LateAnswers.redisSeemsDown`): for the local fallback. */
+  get seemsDown(): boolean {
+    return this.lateAnswers.redisSeemsDown;
   }
 
   /**
@@ -213,7 +234,9 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
         await withDeadline(connecting, BOOTSTRAP_CONNECT_MS, 'the connection');
       } catch (error) {
         // Not fatal: the client keeps reconnecting, and until it is back requests follow the store-error policies.
-        this.logger.error(`Redis (${this.describe()}) is not reachable yet: ${String(error)}`);
+        // ioredis rejects a failed connect with 'Connection is closed'; its error event says why.
+        const why = this.connectionError ?? error;
+        this.logger.error(`Redis (${this.describe()}) is not reachable yet: ${String(why)}`);
         return;
       }
     }
@@ -222,6 +245,8 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     if (this.redis.status === 'ready') {
       await withDeadline(this.runner!.load(), 2_000, 'SCRIPT LOAD').catch(() => undefined);
       await withDeadline(this.checkVersion(), 2_000, 'INFO').catch(() => undefined);
+      // Warns of a Redis that evicts keys when full (once), and notes its evictions so far.
+      await this.memoryState(2_000).catch(() => undefined);
     }
   }
 

@@ -4,6 +4,7 @@ import type { LoggerService } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
 import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from '../algorithms/algorithm.js';
 import { CallDeadlines, type RedisCircuitBreaker, withDeadline } from './call-safety.js';
+import type { LateAnswers } from './late-answers.js';
 import { mastersOf } from './masters.js';
 
 /**
@@ -79,6 +80,8 @@ export class ScriptRunner {
     private readonly client: Redis | Cluster,
     private readonly timeoutMs: number,
     private readonly breaker: RedisCircuitBreaker | undefined,
+    /** How calls past their deadline end (they tell the breaker how every call ended). */
+    private readonly outcomes: LateAnswers,
     private readonly logger: LoggerService,
   ) {
     this.deadlines = new CallDeadlines(timeoutMs);
@@ -106,7 +109,7 @@ export class ScriptRunner {
       );
     }
     const held = this.batches.hold();
-    return this.deadlines.track(script.run(this.client, keys, args), script.name, breaker, held);
+    return this.deadlines.track(script.run(this.client, keys, args), script.name, this.outcomes, held);
   }
 
   /**

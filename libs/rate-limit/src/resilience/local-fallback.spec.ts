@@ -20,8 +20,11 @@ const answer = (limit: number, used: number, resetMs: number): RateLimitConsumpt
   receipts: undefined,
 });
 
-/** How many of `n` requests the fallback admits at `now`. */
-const admitted = (fallback: LocalFallback, request: RateLimitHit, n: number, now: number, unsent = false) =>
+/**
+ * How many of `n` requests the fallback admits at `now`; by default of calls that never went out
+ * (an outage), `unsent` false for calls past their deadline (a slow Redis).
+ */
+const admitted = (fallback: LocalFallback, request: RateLimitHit, n: number, now: number, unsent = true) =>
   Array.from({ length: n }, () => fallback.consume([request], now, unsent).allowed).filter(Boolean).length;
 
 const fallbackFor = (instances: number | undefined, expectedInstances = 2) =>
@@ -78,8 +81,8 @@ describe('LocalFallback: each instance takes its share of 1.2x the limit', () =>
     const fallback = fallbackFor(1);
     const tight = hit('tight', 1);
     const loose = hit('loose', 10);
-    expect(fallback.consume([tight, loose], 0, false).allowed).toBe(true); // 1.2 x 1: 1
-    const refused = fallback.consume([tight, loose], 0, false);
+    expect(fallback.consume([tight, loose], 0, true).allowed).toBe(true); // 1.2 x 1: 1
+    const refused = fallback.consume([tight, loose], 0, true);
     expect(refused.allowed).toBe(false);
     expect(refused.decisions.map((decision) => decision.allowed)).toEqual([false, true]);
     // The refused request took nothing from the loose rule: 12 - 1 left.
@@ -100,6 +103,17 @@ describe('LocalFallback: each instance takes its share of 1.2x the limit', () =>
     expect(fallback.takePending(1_000)).toEqual([]);
   });
 
+  it('shares only the margin above the limit for calls that may have reached Redis', () => {
+    // Redis may be up and admitting the limit on time to other instances.
+    expect(admitted(fallbackFor(1), hit('a', 5), 10, 0, false)).toBe(1); // 6 - 5
+    expect(admitted(fallbackFor(3), hit('a', 5), 10, 0, false)).toBe(0); // 1 / 3
+    expect(admitted(fallbackFor(3), hit('a', 50), 20, 0, false)).toBe(3); // 10 / 3
+    // What Redis last said counts when it is above the limit (a changed limit, a failover).
+    const fallback = fallbackFor(1);
+    fallback.remember([hit('b', 50)], answer(50, 58, 800), 0);
+    expect(admitted(fallback, hit('b', 50), 5, 100, false)).toBe(2);
+  });
+
   it('forgets reset keys', () => {
     const fallback = fallbackFor(1);
     expect(admitted(fallback, hit('a'), 10, 0)).toBe(6);
@@ -113,7 +127,7 @@ describe('LocalFallback: penalties', () => {
     const fallback = fallbackFor(1);
     const login = { ...hit('login', 2, 1_000), blockMs: 60_000 };
     expect(admitted(fallback, login, 5, 0)).toBe(2); // 1.2 x 2: 2
-    const refused = fallback.consume([login], 0, false);
+    const refused = fallback.consume([login], 0, true);
     expect(refused.decisions[0].resetMs).toBe(60_000);
     expect(admitted(fallback, login, 1, 1_500)).toBe(0); // another window, still blocked
     expect(admitted(fallback, login, 1, 60_000)).toBe(1);

@@ -5,6 +5,11 @@ import { type RateLimitConsumption, type RateLimitHit, committedUnits } from '..
 export interface LocalFallbackOptions {
   /** How many instances share the store, as last counted (undefined: not known). */
   instances?: () => number | undefined;
+  /**
+   * Whether the store seems down rather than slow (calls past their deadline went unanswered lately):
+   * then even failures that may have run in it share the whole `1.2 × limit` (below).
+   */
+  storeSeemsDown?: () => boolean;
   /** The instances assumed while they are not counted. Default 2. */
   expectedInstances: number;
   /** Keys remembered at most. */
@@ -44,7 +49,10 @@ type LastSeen = {
  * share of what is left: `(1.2 × limit − last count) / instances`, whole units, counted in the
  * window Redis reported (a window it knows nothing of starts at the first local decision, with
  * nothing used). The instances are counted on Redis (`RedisNews.instances`); until they are,
- * `expectedInstances` are assumed.
+ * `expectedInstances` are assumed. A request whose call may have reached Redis (it missed its
+ * deadline) while Redis does not seem down shares only the margin above the limit,
+ * `(1.2 − 1) × limit`: Redis may be slow, deciding on time for other instances and admitting the
+ * limit there, so together they stay within 1.2x.
  *
  * A slow Redis still runs the calls that missed their deadline, and their late answers are
  * remembered here (`remember`), so the next stall in the same window starts from the true count.
@@ -123,9 +131,12 @@ export class LocalFallback {
    * @param unsent true when the failed call never reached Redis (circuit open, no connection): only
    *   then are the admitted units recorded later. A call that timed out may still run in Redis, and
    *   recording its units too would count the request twice.
+   * @param mayHaveRun the failure may have run in Redis (a call past its deadline, a connection
+   *   dropped with calls written). Default: not `unsent`.
    */
-  consume(hits: readonly RateLimitHit[], now: number, unsent: boolean): RateLimitConsumption {
+  consume(hits: readonly RateLimitHit[], now: number, unsent: boolean, mayHaveRun = !unsent): RateLimitConsumption {
     const instances = Math.max(1, this.options.instances?.() ?? this.options.expectedInstances);
+    const redisMayBeUp = mayHaveRun && !this.options.storeSeemsDown?.();
     const windows = hits.map((hit): LastSeen => {
       const seen = this.lastSeen.get(hit.key);
       if (seen && seen.resetAt > now) return seen;
@@ -143,9 +154,15 @@ export class LocalFallback {
       this.lastSeen.set(hit.key, guessed);
       return guessed;
     });
-    const shares = hits.map((hit, i) =>
-      Math.max(0, Math.floor((LOCAL_FALLBACK_BOUND * hit.limit - windows[i].used) / instances)),
-    );
+    // A failure that may have run in Redis, while Redis does not seem down, says it may be slow and
+    // deciding on time for other instances: they may have taken the whole limit since this one last
+    // heard, so only the margin above it is shared. A call that never went out (circuit open, no
+    // connection), or a Redis that leaves calls unanswered, is an outage every instance meets, and
+    // what Redis last reported stands.
+    const shares = hits.map((hit, i) => {
+      const used = redisMayBeUp ? Math.max(windows[i].used, hit.limit) : windows[i].used;
+      return Math.max(0, Math.floor((LOCAL_FALLBACK_BOUND * hit.limit - used) / instances));
+    });
     const fits = hits.map((hit, i) => windows[i].blockedUntil <= now && windows[i].admitted + hit.cost <= shares[i]);
     const allowed = fits.every(Boolean);
     for (let i = 0; i < hits.length; i += 1) {

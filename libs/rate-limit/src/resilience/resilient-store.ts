@@ -146,7 +146,11 @@ export class ResilientStore extends DecidingStore {
         ?.then((consumption) => fallback.remember(hits, consumption, given ?? Date.now()))
         .catch(() => undefined);
     }
-    const local = localHits.length > 0 && this.fallback ? this.fallback.consume(localHits, now, unsent) : undefined;
+    // The failure, not whether this request's call went out (one held behind a call on its keys
+    // did not), tells whether Redis may be up: a call that may have run in it.
+    const mayHaveRun = !this.store.neverReached(error);
+    const local =
+      localHits.length > 0 && this.fallback ? this.fallback.consume(localHits, now, unsent, mayHaveRun) : undefined;
     const allowed = !denied && (local?.allowed ?? true);
     const decisions = hits.map((hit, i): RateLimitDecision => {
       const localAt = localIndices.indexOf(i);
