@@ -6,6 +6,7 @@ import {
   Controller,
   Delete,
   type ExecutionContext,
+  ForbiddenException,
   Get,
   HttpCode,
   Injectable,
@@ -13,6 +14,7 @@ import {
   Param,
   Patch,
   Post,
+  Req,
   UnauthorizedException,
   UseGuards,
 } from '@nestjs/common';
@@ -23,7 +25,7 @@ import {
   type RateLimitOptions,
   RateLimiterService,
 } from 'nest-rate-limit';
-import { RateLimitManagementService, type RateLimitOverride } from 'nest-rate-limit/live';
+import { RateLimitManagementService, type RateLimitOverride, RateLimitPermissionError } from 'nest-rate-limit/live';
 
 /**
  * Failed authentications: 10 a minute per client address, then that address's wrong tokens get a
@@ -41,11 +43,15 @@ interface AdminRequest {
   headers: Record<string, string | undefined>;
   ip?: string;
   socket: { remoteAddress?: string };
+  /** The admitted caller, by the name of their token: who the change log says made a change. */
+  adminName?: string;
 }
 
 /**
- * Admits requests carrying `Authorization: Bearer <ADMIN_TOKEN>`. Without ADMIN_TOKEN set, the
- * admin endpoints are off: every request gets 404, as for a route that does not exist.
+ * Admits requests carrying `Authorization: Bearer <token>`: ADMIN_TOKEN (its caller is `admin`), or
+ * one of ADMIN_TOKENS, `name=token` pairs separated by commas (its caller is that name), so the
+ * change log says who made each change. Without either set, the admin endpoints are off: every
+ * request gets 404, as for a route that does not exist.
  *
  * Only a failed authentication (a wrong or missing token) is counted, with
  * `RateLimiterService.consume`; a request with the right token never reaches the limiter. So the
@@ -67,10 +73,16 @@ class AdminTokenGuard implements CanActivate {
   ) {}
 
   async canActivate(context: ExecutionContext): Promise<boolean> {
-    const token = this.config.get<string>('ADMIN_TOKEN');
-    if (!token) throw new NotFoundException();
+    const tokens = this.tokens();
+    if (tokens.length === 0) throw new NotFoundException();
     const request = context.switchToHttp().getRequest<AdminRequest>();
-    if (sameSecret(request.headers.authorization ?? '', `Bearer ${token}`)) return true;
+    const given = request.headers.authorization ?? '';
+    // Every token compared, so the time taken does not tell which one nearly matched.
+    const matches = tokens.filter(([, token]) => sameSecret(given, `Bearer ${token}`));
+    if (matches.length > 0) {
+      request.adminName = matches[0][0];
+      return true;
+    }
 
     const address = request.ip ?? request.socket.remoteAddress ?? 'unknown';
     const outcome = await this.limiter.consume(ADMIN_AUTH_FAILURES, address);
@@ -84,6 +96,19 @@ class AdminTokenGuard implements CanActivate {
     }
     throw new UnauthorizedException();
   }
+
+  /** `[name, token]` of every admin token configured. */
+  private tokens(): [string, string][] {
+    const named = (this.config.get<string>('ADMIN_TOKENS') ?? '')
+      .split(',')
+      .map((pair): [string, string] => {
+        const at = pair.indexOf('=');
+        return [pair.slice(0, at).trim(), pair.slice(at + 1).trim()];
+      })
+      .filter(([name, token]) => name !== '' && token !== '');
+    const token = this.config.get<string>('ADMIN_TOKEN');
+    return token ? [['admin', token], ...named] : named;
+  }
 }
 
 function sameSecret(given: string, expected: string): boolean {
@@ -92,32 +117,40 @@ function sameSecret(given: string, expected: string): boolean {
   return actual.length === wanted.length && timingSafeEqual(actual, wanted);
 }
 
-/** A refused write is the caller's mistake: 400 with the message naming the field. */
+/**
+ * A refused write is the caller's mistake: 400 with the message naming the field. One Redis
+ * refuses for lack of permission (its ACL) is 403, with the message naming what it refused.
+ */
 async function refusedAs400<T>(operation: () => Promise<T>): Promise<T> {
   try {
     return await operation();
   } catch (error) {
     if (error instanceof RateLimitConfigurationError) throw new BadRequestException(error.problems);
+    if (error instanceof RateLimitPermissionError) throw new ForbiddenException(error.message);
     throw error;
   }
 }
 
 /**
  * Limits changed and counters read while the demo runs, through `RateLimitManagementService`:
- * with Redis, a change reaches every instance at once (`RedisConfigCentre`). Lockouts lifted
- * through `RateLimiterService.reset`. Every endpoint needs the admin token (`AdminTokenGuard`).
+ * with Redis, a change reaches every instance at once (`RedisConfigCentre`). Every change is logged
+ * with the caller's token name (`GET /admin/changes`). Every endpoint needs an admin token
+ * (`AdminTokenGuard`).
  */
 @Controller('admin')
 @UseGuards(AdminTokenGuard)
 export class AdminController {
-  constructor(
-    private readonly limits: RateLimitManagementService,
-    private readonly limiter: RateLimiterService,
-  ) {}
+  constructor(private readonly limits: RateLimitManagementService) {}
 
   @Get('limits')
   list() {
-    return this.limits.list();
+    return refusedAs400(() => this.limits.list());
+  }
+
+  /** The latest live changes, newest first: what, by whom (the token's name), when. */
+  @Get('changes')
+  changes() {
+    return refusedAs400(() => this.limits.changeLog());
   }
 
   @Get('limits/:configKey')
@@ -127,13 +160,13 @@ export class AdminController {
 
   /** Body: any of `count`, `window`, `algorithm`, `mode`; `null` unsets a field. */
   @Patch('limits/:configKey')
-  set(@Param('configKey') configKey: string, @Body() values: RateLimitOverride) {
-    return refusedAs400(() => this.limits.set(configKey, values ?? {}));
+  set(@Param('configKey') configKey: string, @Body() values: RateLimitOverride, @Req() request: AdminRequest) {
+    return refusedAs400(() => this.limits.set(configKey, values ?? {}, { by: request.adminName }));
   }
 
   @Delete('limits/:configKey')
-  async delete(@Param('configKey') configKey: string) {
-    return { deleted: await this.limits.delete(configKey) };
+  async delete(@Param('configKey') configKey: string, @Req() request: AdminRequest) {
+    return { deleted: await refusedAs400(() => this.limits.delete(configKey, { by: request.adminName })) };
   }
 
   @Get('counters/:rule/:identity')
@@ -143,8 +176,8 @@ export class AdminController {
 
   /** E.g. after support unblocks a customer: their counters and penalty under the rule are gone. */
   @Delete('counters/:rule/:identity')
-  async reset(@Param('rule') rule: string, @Param('identity') identity: string) {
-    await refusedAs400(() => this.limits.reset(rule, identity));
+  async reset(@Param('rule') rule: string, @Param('identity') identity: string, @Req() request: AdminRequest) {
+    await refusedAs400(() => this.limits.reset(rule, identity, { by: request.adminName }));
     return { reset: true };
   }
 
@@ -154,9 +187,9 @@ export class AdminController {
    */
   @Post('login/unlock')
   @HttpCode(204)
-  async unlockLogin(@Body() body: { ip?: unknown } | undefined) {
+  async unlockLogin(@Body() body: { ip?: unknown } | undefined, @Req() request: AdminRequest) {
     const ip = body?.ip;
     if (typeof ip !== 'string' || ip === '') throw new BadRequestException('Body: { "ip": "<the client address>" }');
-    await this.limiter.reset('FeaturesController.login', ip);
+    await refusedAs400(() => this.limits.reset('FeaturesController.login', ip, { by: request.adminName }));
   }
 }

@@ -8,15 +8,19 @@
  *   nest-rate-limit-limits delete orders.list
  *   nest-rate-limit-limits inspect OrdersController.list 203.0.113.7
  *   nest-rate-limit-limits reset OrdersController.list 203.0.113.7
+ *   nest-rate-limit-limits changes 20                                         # the latest changes, by whom
  *
+ * Changes are logged with who made them: RATE_LIMIT_ACTOR, else `cli:<the OS user>`.
  * Reads REDIS_URL, or REDIS_SENTINELS + REDIS_SENTINEL_NAME, or REDIS_CLUSTER_NODES, and
  * RATE_LIMIT_PREFIX (default rl), as the apps do. Prints JSON. Exit codes: 0 done, 2 refused (the
- * message names the field), 1 failed (Redis not reachable, say: the message names where it looked).
+ * message names the field), 3 refused by Redis for lack of permission (the message names what),
+ * 1 failed (Redis not reachable, say: the message names where it looked).
  */
 import 'reflect-metadata';
+import { userInfo } from 'node:os';
 import { NestFactory } from '@nestjs/core';
 import { RateLimitConfigurationError, RateLimitModule, redisOptionsFromEnv } from 'nest-rate-limit';
-import { RateLimitManagementService, RedisConfigCentre } from 'nest-rate-limit/live';
+import { RateLimitManagementService, RateLimitPermissionError, RedisConfigCentre } from 'nest-rate-limit/live';
 import { RedisService } from 'nest-rate-limit/store';
 
 const USAGE = `usage: nest-rate-limit-limits list
@@ -25,9 +29,15 @@ const USAGE = `usage: nest-rate-limit-limits list
                                                                    a window with its unit: 500ms, 30s, 1m, 1h, 1d)
        nest-rate-limit-limits delete <configKey>
        nest-rate-limit-limits inspect <rule> <identity>
-       nest-rate-limit-limits reset <rule> <identity>`;
+       nest-rate-limit-limits reset <rule> <identity>
+       nest-rate-limit-limits changes [<count>]                     (the latest live changes, newest first; default 20)`;
 
 class UsageError extends Error {}
+
+/** Who the changes are logged as made by. */
+function actor(): string {
+  return process.env.RATE_LIMIT_ACTOR || `cli:${userInfo().username}`;
+}
 
 type Command = (admin: RateLimitManagementService) => Promise<unknown>;
 
@@ -60,20 +70,28 @@ function parse([command, ...args]: string[]): Command {
         values.set(field, value);
       }
       // Defined, not assigned: a field named __proto__ stays a field, and is refused as one.
-      return (admin) => admin.set(configKey, Object.fromEntries(values));
+      return (admin) => admin.set(configKey, Object.fromEntries(values), { by: actor() });
     }
     case 'delete':
       want(1);
-      return async (admin) => ({ deleted: await admin.delete(args[0]) });
+      return async (admin) => ({ deleted: await admin.delete(args[0], { by: actor() }) });
     case 'inspect':
       want(2);
       return (admin) => admin.inspect(args[0], args[1]);
     case 'reset':
       want(2);
       return async (admin) => {
-        await admin.reset(args[0], args[1]);
+        await admin.reset(args[0], args[1], { by: actor() });
         return { reset: true };
       };
+    case 'changes': {
+      if (args.length > 1) throw new UsageError('changes: takes at most 1 argument');
+      const count = args.length === 0 ? 20 : Number(args[0]);
+      if (!(Number.isInteger(count) && count >= 1 && count <= 1_000)) {
+        throw new UsageError(`changes: the count must be a whole number from 1 to 1000, got '${args[0]}'`);
+      }
+      return (admin) => admin.changeLog(count);
+    }
     default:
       throw new UsageError(command ? `unknown command '${command}'` : 'no command');
   }
@@ -128,6 +146,10 @@ async function main(): Promise<number> {
     if (error instanceof RateLimitConfigurationError) {
       console.error(error.message);
       return 2;
+    }
+    if (error instanceof RateLimitPermissionError) {
+      console.error(error.message);
+      return 3;
     }
     console.error(String(error));
     return 1;

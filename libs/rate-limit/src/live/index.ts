@@ -8,6 +8,9 @@ export { MemoryConfigCentre } from './memory-config-centre.js';
 export { RedisConfigCentre, type LiveConfigState } from './redis-config-centre.js';
 export {
   RateLimitManagementService,
+  RateLimitPermissionError,
+  type RateLimitChangeAuthor,
   type RateLimitLimitEntry,
   type RateLimitRuleLimits,
 } from './rate-limit-management.service.js';
+export type { RateLimitChange } from './change-log.js';

@@ -13,8 +13,26 @@ import { RedisService } from '../redis/redis.service.js';
 import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 import { RateLimitConfigurationError, type RateLimitRule, ruleOptions } from '../rules/rate-limit-rule.js';
 import { RuleCatalogue } from './rule-catalogue.js';
+import { ChangeLog, type RateLimitChange } from './change-log.js';
 import type { RateLimitAlgorithmName } from '../algorithms/algorithm.js';
 import type { RateLimitMode } from '../rules/rate-limit-rule.js';
+
+/** Who makes a change (`set`, `delete`, `reset`), for the change log: the CLI's user, an admin endpoint's caller. */
+export interface RateLimitChangeAuthor {
+  /** Default `'unknown'`. */
+  by?: string;
+}
+
+/**
+ * Redis refused a management call for lack of permission (an ACL without a command, a key or a
+ * channel the call needs): the message names what Redis refused. Nothing was changed.
+ */
+export class RateLimitPermissionError extends Error {
+  override readonly name = 'RateLimitPermissionError';
+}
+
+/** Redis's replies that say the user may not (a command, a key or a channel; in a script, or queued in MULTI). */
+const PERMISSION_REFUSED = /\bNOPERM\b|The user executing the script can't/;
 
 /** How many keys with values written `list` looks at beyond those rules read: a few HSCAN calls. */
 const LIST_MAX_WRITTEN_KEYS = 100;
@@ -55,6 +73,7 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
   private readonly logger = new Logger('RateLimit');
   private readonly catalogue: RuleCatalogue | undefined;
   private readonly thresholds: RuleThresholds;
+  private readonly changes: ChangeLog;
 
   /** @internal Nest creates it. */
   constructor(
@@ -67,6 +86,8 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
     // Apps whose limits live in Redis catalogue their rules there, for the CLI that changes them.
     if (centre instanceof RedisConfigCentre) this.catalogue = new RuleCatalogue(redis, options.keyPrefix);
     this.thresholds = new RuleThresholds(centre, options.mode);
+    // Where the limits are shared, so is the log of their changes.
+    this.changes = new ChangeLog(centre instanceof RedisConfigCentre ? redis : undefined, options.keyPrefix);
   }
 
   async onApplicationBootstrap(): Promise<void> {
@@ -91,7 +112,19 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
    * unset): `set('orders.list', { count: 5000 })`. Throws `RateLimitConfigurationError`, writing
    * nothing, for a key no rule reads or values a rule of the key would refuse.
    */
-  async set(configKey: string, values: RateLimitOverride): Promise<RateLimitLimitEntry> {
+  async set(
+    configKey: string,
+    values: RateLimitOverride,
+    author?: RateLimitChangeAuthor,
+  ): Promise<RateLimitLimitEntry> {
+    return this.permitted('set', () => this.write(configKey, values, author));
+  }
+
+  private async write(
+    configKey: string,
+    values: RateLimitOverride,
+    author: RateLimitChangeAuthor | undefined,
+  ): Promise<RateLimitLimitEntry> {
     const centre = this.live('set');
     const rules = await this.rulesReading(configKey);
     // A Map, not an object: a field named `__proto__` stays a field (and is refused as one),
@@ -104,6 +137,7 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
     const given = Object.fromEntries(merged);
     throwProblems(`RateLimitManagementService.set`, checkLimitValues(configKey, given, rules));
     const written = settingsAsOverride(parseLimitSettings(given).settings);
+    await this.record(author, { change: 'set', configKey, values: { ...written } });
     await centre.write(configKey, written);
     // What was written, and what this instance holds now: no second read of Redis.
     return this.entry(configKey, rules, new Map([[configKey, written]]));
@@ -137,8 +171,12 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
   }
 
   /** Deletes a config key's written values: its rules fall back to the base centre's, then the decorator's. */
-  async delete(configKey: string): Promise<boolean> {
-    return this.live('delete').remove(configKey);
+  async delete(configKey: string, author?: RateLimitChangeAuthor): Promise<boolean> {
+    const centre = this.live('delete');
+    return this.permitted('delete', async () => {
+      await this.record(author, { change: 'delete', configKey });
+      return centre.remove(configKey);
+    });
   }
 
   /** An identity's counter under a rule (by name), read without counting anything. */
@@ -147,10 +185,45 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
   }
 
   /** Forgets an identity's counts and penalty under rules (by name), on every instance. */
-  async reset(ruleNames: string | readonly string[], identity: string): Promise<void> {
+  async reset(ruleNames: string | readonly string[], identity: string, author?: RateLimitChangeAuthor): Promise<void> {
     const names = typeof ruleNames === 'string' ? [ruleNames] : ruleNames;
     const rules = await Promise.all(names.map((name) => this.ruleNamed(name)));
-    await this.limiter.reset(rules, identity);
+    await this.permitted('reset', async () => {
+      await this.record(author, { change: 'reset', rules: [...names], identity });
+      await this.limiter.reset(rules, identity);
+    });
+  }
+
+  /**
+   * The latest changes made through this service (on any instance, and the CLI, where the limits
+   * are in Redis), newest first: what, by whom, when. At most 1,000 are kept.
+   */
+  async changeLog(count = 50): Promise<RateLimitChange[]> {
+    return this.permitted('changeLog', () => this.changes.latest(count));
+  }
+
+  /**
+   * Logs a change before it is made: a change Redis will not log (no permission) is not made, and
+   * every change made carries who made it.
+   */
+  private async record(author: RateLimitChangeAuthor | undefined, change: Omit<RateLimitChange, 'at' | 'by'>) {
+    const by = author?.by || 'unknown';
+    await this.changes.record({ at: new Date().toISOString(), by, ...change });
+    this.logger.log(`Live change by ${by}: ${JSON.stringify(change)}`);
+  }
+
+  /** Runs a call, a refusal by Redis for lack of permission turned into a `RateLimitPermissionError` naming it. */
+  private async permitted<T>(method: string, call: () => Promise<T>): Promise<T> {
+    try {
+      return await call();
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      if (!PERMISSION_REFUSED.test(message)) throw error;
+      throw new RateLimitPermissionError(
+        `RateLimitManagementService.${method}: Redis refused it for lack of permission (${message}); nothing was changed. ` +
+          'The Redis user needs the ACL in the docs (operations.md, "A least-privilege Redis user")',
+      );
+    }
   }
 
   private live(method: string): LiveConfigCentre {

@@ -33,6 +33,8 @@ export class RedisNews {
   private counted: number | undefined;
   private counting: NodeJS.Timeout | undefined;
   private countInFlight: Promise<void> | undefined;
+  /** Whether a refused count (an ACL without PUBSUB) was said. */
+  private countRefusalSaid = false;
 
   /** @param liftedChannel where instances announce the keys whose counts they lowered. */
   constructor(
@@ -122,7 +124,13 @@ export class RedisNews {
           if (total > 0) this.counted = total;
         },
         // Kept as last counted (an ACL without PUBSUB: never counted, and the fallback assumes).
-        () => undefined,
+        (error: unknown) => {
+          if (this.countRefusalSaid || !String(error).includes('NOPERM')) return;
+          this.countRefusalSaid = true;
+          this.logger.warn(
+            `Counting the instances (PUBSUB NUMSUB ${this.liftedChannel}) failed (${String(error)}); the local fallback assumes storeErrors.localFallback.expectedInstances`,
+          );
+        },
       )
       .finally(() => (this.countInFlight = undefined));
     this.counting ??= setInterval(() => this.countInstances(), INSTANCE_COUNT_REFRESH_MS).unref();

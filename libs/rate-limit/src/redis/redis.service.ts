@@ -1,4 +1,11 @@
-import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
+import {
+  Inject,
+  Injectable,
+  Logger,
+  type OnApplicationBootstrap,
+  type OnApplicationShutdown,
+  Optional,
+} from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
 import type { RedisScript } from './script-runner.js';
@@ -8,6 +15,8 @@ import { mastersOf } from './masters.js';
 import { type CircuitBreakerState, RedisCircuitBreaker, RedisTimeoutError, withDeadline } from './call-safety.js';
 import { type KeyAuditReport, auditRateLimitKeys } from './key-audit.js';
 import { LateAnswers } from './late-answers.js';
+import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
+import { ACCESS_PROBE_SCRIPT } from './scripts/access-probe.script.js';
 import { RedisMemory, type RedisMemoryState } from './redis-memory.js';
 import { unsupportedRedis } from './redis-version.js';
 import { isCluster } from './is-cluster.js';
@@ -48,6 +57,8 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   constructor(
     @Inject(RESOLVED_RATE_LIMIT_OPTIONS) resolved: ResolvedRateLimitOptions,
     @Inject(REDIS_CONNECTION) connection: RedisConnection | null,
+    /** The app's rules: with any, an ACL that refuses what they need stops the app at its start. */
+    @Optional() @Inject(RateLimitRuleRegistry) private readonly rules: RateLimitRuleRegistry | null = null,
   ) {
     this.timeoutMs = resolved.storeErrors.timeoutMs;
     this.keyPrefix = resolved.keyPrefix;
@@ -247,6 +258,7 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
       await withDeadline(this.checkVersion(), 2_000, 'INFO').catch(() => undefined);
       // Warns of a Redis that evicts keys when full (once), and notes its evictions so far.
       await this.memoryState(2_000).catch(() => undefined);
+      await this.checkAccess();
     }
   }
 
@@ -296,6 +308,31 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   }
 
   /** Says at the start, once, when a server is too old for the scripts, rather than by every request's error. */
+  /**
+   * Runs every command of the scripts once (`ACCESS_PROBE_SCRIPT`) and names those the Redis user
+   * may not run (an ACL without one, or without the keys or the channel): the app stops here,
+   * rather than each request meeting the refusal, under load. Only in an app that declares rules: an
+   * operator's tool (the CLI, run by a read-only user perhaps) runs what its user may.
+   */
+  private async checkAccess(): Promise<void> {
+    if ((this.rules?.all().length ?? 0) === 0) return;
+    const at = `${this.keyPrefix}:{access-probe}`;
+    const refused = await this.runner!.runOperation(
+      ACCESS_PROBE_SCRIPT,
+      [`${at}:s`, `${at}:h`, `${at}:z`],
+      [`${this.keyPrefix}:lifted`],
+    ).then(
+      (reply) => (reply as unknown[]).map(String),
+      // Refused whole (no EVALSHA, no keys); anything else (a timeout) tells nothing of the ACL.
+      (error: unknown) => (String(error).includes('NOPERM') ? [String(error)] : []),
+    );
+    if (refused.length === 0) return;
+    const message =
+      `RateLimitModule: Redis (${this.describe()}) refuses what the rate limiter runs: ${[...new Set(refused)].join('; ')}. ` +
+      'Grant the ACL in the docs (operations.md, "A least-privilege Redis user")';
+    throw new Error(message);
+  }
+
   private async checkVersion(): Promise<void> {
     const client = this.client;
     for (const node of mastersOf(client)) {

@@ -112,9 +112,14 @@ export function rateLimitKeys(
 
 /**
  * Where the live limits are (`RedisConfigCentre`): the hash of values by config key (the one key
- * kept without a TTL, by design), the channel a write announces its key on, and the catalogue of
- * the rules that read them.
+ * kept without a TTL, by design), the channel a write announces its key on, the catalogue of
+ * the rules that read them, and the log of changes made through the management service.
  */
-export function liveConfigKeys(keyPrefix: string): { hash: string; channel: string; rules: string } {
-  return { hash: `${keyPrefix}:config`, channel: `${keyPrefix}:config:changed`, rules: `${keyPrefix}:config:rules` };
+export function liveConfigKeys(keyPrefix: string): { hash: string; channel: string; rules: string; changes: string } {
+  return {
+    hash: `${keyPrefix}:config`,
+    channel: `${keyPrefix}:config:changed`,
+    rules: `${keyPrefix}:config:rules`,
+    changes: `${keyPrefix}:config:changes`,
+  };
 }
