@@ -3,6 +3,8 @@
  *
  *   npm run bench:failover                            # the defences on
  *   DETECT_LOST_WRITES=false npm run bench:failover   # without the lost-write check
+ *   ALGORITHM=token-bucket npm run bench:failover     # another algorithm (default fixed-window)
+ *   NO_FAILOVER=true npm run bench:failover           # the same traffic, no failover: the control
  *
  * A master, its replica and three sentinels on loopback. One app instance limits a route to
  * LIMIT requests per WINDOW (fixed window, one counter) and receives twice that rate, evenly. A few
@@ -13,7 +15,7 @@
 import { Controller, Get, type INestApplication } from '@nestjs/common';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, it } from 'vitest';
-import { RateLimit } from 'nest-rate-limit';
+import { RateLimit, type RateLimitAlgorithmName } from 'nest-rate-limit';
 import { type RedisSentinelSet, startRedisSentinelSet } from '../test/support/redis-server.js';
 import { admittedPerWindow, paced } from '../test/support/traffic.js';
 import { createTestApp, uniquePrefix } from '../test/support/test-app.js';
@@ -25,11 +27,13 @@ const RUN_MS = 40_000;
 // Detached early in a window, killed before it ends: the promoted replica lacks most of its counts.
 const DETACH_AT_MS = 11_000;
 const KILL_AT_MS = 13_000;
+const ALGORITHM = (process.env.ALGORITHM ?? 'fixed-window') as RateLimitAlgorithmName;
+const FAILOVER = process.env.NO_FAILOVER !== 'true';
 
 @Controller('route')
 class RouteController {
   @Get()
-  @RateLimit({ name: 'route', count: LIMIT, window: WINDOW_MS, by: 'global' })
+  @RateLimit({ name: 'route', count: LIMIT, window: WINDOW_MS, by: 'global', algorithm: ALGORITHM })
   get() {
     return {};
   }
@@ -72,22 +76,24 @@ describe('failover with lost writes', () => {
       durationMs: RUN_MS,
       ratePerS: RATE_PER_S,
       send: () => request(app.getHttpServer()).get('/route'),
-      events: [
-        {
-          atMs: DETACH_AT_MS,
-          run: async () => {
-            await set.replica.client().replicaof('NO', 'ONE');
-            events.push(`+${DETACH_AT_MS} ms: replica detached`);
-          },
-        },
-        {
-          atMs: KILL_AT_MS,
-          run: async () => {
-            await set.master.kill();
-            events.push(`+${KILL_AT_MS} ms: master killed`);
-          },
-        },
-      ],
+      events: FAILOVER
+        ? [
+            {
+              atMs: DETACH_AT_MS,
+              run: async () => {
+                await set.replica.client().replicaof('NO', 'ONE');
+                events.push(`+${DETACH_AT_MS} ms: replica detached`);
+              },
+            },
+            {
+              atMs: KILL_AT_MS,
+              run: async () => {
+                await set.master.kill();
+                events.push(`+${KILL_AT_MS} ms: master killed`);
+              },
+            },
+          ]
+        : [],
     });
     // paced's clock starts within a millisecond of `started`.
     const back = samples
@@ -110,7 +116,7 @@ describe('failover with lost writes', () => {
     }
     console.log(
       [
-        `limit ${LIMIT} per ${WINDOW_MS} ms, offered ${RATE_PER_S}/s (2x the limit), detectLostWrites ${process.env.DETECT_LOST_WRITES !== 'false'}`,
+        `${ALGORITHM}, limit ${LIMIT} per ${WINDOW_MS} ms, offered ${RATE_PER_S}/s (2x the limit), detectLostWrites ${process.env.DETECT_LOST_WRITES !== 'false'}${FAILOVER ? '' : ', no failover (control)'}`,
         ...events,
         '| window | admitted | of the limit |',
         '|---|---:|---:|',
