@@ -74,19 +74,19 @@ describe('when Redis cannot decide, each rule follows its onStoreError', () => {
   it("'local': admits this instance's share of what Redis last said was left, for the rest of the window", async () => {
     expect(await statuses('/policies/local', 'known', 6)).toEqual([200, 200, 200, 200, 200, 200]);
     process.kill(server.pid, 'SIGSTOP');
-    // (1.2 x 10 - 6 used) / 1 instance = 6 more, all instances together never past 1.2 x 10.
-    expect(await statuses('/policies/local', 'known', 7)).toEqual([200, 200, 200, 200, 200, 200, 429]);
+    // (10 - 6 used) / 1 instance = 4 more: one instance admits exactly the limit.
+    expect(await statuses('/policies/local', 'known', 5)).toEqual([200, 200, 200, 200, 429]);
     // Later in the same window: still nothing.
     vi.setSystemTime(Date.now() + 30_000);
     expect(await statuses('/policies/local', 'known', 1)).toEqual([429]);
-    // The next window starts afresh: 1.2 x 10 / 1 instance.
+    // The next window starts afresh: 10 / 1 instance.
     vi.setSystemTime(Date.now() + 30_000);
-    expect(await statuses('/policies/local', 'known', 13)).toEqual([...Array.from({ length: 12 }, () => 200), 429]);
+    expect(await statuses('/policies/local', 'known', 11)).toEqual([...Array.from({ length: 10 }, () => 200), 429]);
   });
 
-  it("'local': a key Redis never reported on gets 1.2 x count / instances, never unlimited", async () => {
+  it("'local': a key Redis never reported on gets count / instances, never unlimited", async () => {
     process.kill(server.pid, 'SIGSTOP');
-    expect(await statuses('/policies/local', 'unknown', 13)).toEqual([...Array.from({ length: 12 }, () => 200), 429]);
+    expect(await statuses('/policies/local', 'unknown', 11)).toEqual([...Array.from({ length: 10 }, () => 200), 429]);
   });
 
   it("'allow' admits, 'deny' refuses with the configured 503 and Retry-After", async () => {

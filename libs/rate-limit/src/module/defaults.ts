@@ -79,10 +79,10 @@ export const BLOCK_CACHE_MAX_KEYS = 10_000;
 
 /**
  * The most the instances together admit in a window the `'local'` fallback decides, as a multiple
- * of the limit: each instance takes its share of `1.2 × limit` less what Redis last reported used.
- * Shares are whole units, so with exactly the limit a rule of 5 on 3 instances would admit 3 in all
- * (1 each); 1.2 lets it admit 6 (2 each), and the fallback never more than 1.2x, however long Redis
- * is out or slow. While Redis may be up (only slow), the fallback shares only the margin above the
+ * of the limit: each instance takes its part of what Redis last reported left, rounded up, within
+ * this bound. Shares are whole units, so rounding down would leave a rule of 5 on 3 instances 1 each
+ * (3 in all); rounding up gives 2 each, 6 in all, which 1.2 allows, and the fallback never more
+ * than 1.2x, however long Redis is out or slow (one instance: exactly the limit). While Redis may be up (only slow), the fallback shares only the margin above the
  * limit, as Redis may be admitting the limit on time elsewhere (`test/integration/slow-redis.spec.ts`).
  */
 export const LOCAL_FALLBACK_BOUND = 1.2;

@@ -58,7 +58,8 @@ export interface RateLimitStoreErrorOptions {
   localFallback?: {
     /**
      * The instances assumed to share Redis until they are counted on it (`PUBSUB NUMSUB`, every 5 s,
-     * where the ACL allows): each takes `1.2 × count / instances` of a window. Default 2.
+     * where the ACL allows): each takes its part of `count / instances`, rounded up (all together
+     * at most 1.2x). Default 2.
      */
     expectedInstances?: number;
   };

@@ -30,10 +30,11 @@ const admitted = (fallback: LocalFallback, request: RateLimitHit, n: number, now
 const fallbackFor = (instances: number | undefined, expectedInstances = 2) =>
   new LocalFallback({ instances: () => instances, expectedInstances, maxKeys: 100 });
 
-describe('LocalFallback: each instance takes its share of 1.2x the limit', () => {
-  it('of a window Redis never reported on: 1.2 x limit / instances counted on Redis', () => {
-    expect(admitted(fallbackFor(3), hit('a'), 10, 0)).toBe(2); // 6 / 3
-    expect(admitted(fallbackFor(1), hit('a'), 10, 0)).toBe(6);
+describe('LocalFallback: each instance takes its share of the limit, at most 1.2x in all', () => {
+  it('of a window Redis never reported on: limit / instances counted on Redis, rounded up within 1.2x', () => {
+    expect(admitted(fallbackFor(3), hit('a'), 10, 0)).toBe(2); // 5 / 3 up: 2 each, 6 in all = 1.2 x 5
+    expect(admitted(fallbackFor(1), hit('a'), 10, 0)).toBe(5); // one instance: exactly the limit
+    expect(admitted(fallbackFor(3), hit('a', 100), 50, 0)).toBe(34); // 102 in all
   });
 
   it('assumes expectedInstances while the instances are not counted', () => {
@@ -85,8 +86,8 @@ describe('LocalFallback: each instance takes its share of 1.2x the limit', () =>
     const refused = fallback.consume([tight, loose], 0, true);
     expect(refused.allowed).toBe(false);
     expect(refused.decisions.map((decision) => decision.allowed)).toEqual([false, true]);
-    // The refused request took nothing from the loose rule: 12 - 1 left.
-    expect(admitted(fallback, loose, 20, 0)).toBe(11);
+    // The refused request took nothing from the loose rule: 10 - 1 left.
+    expect(admitted(fallback, loose, 20, 0)).toBe(9);
   });
 
   it('records only what it admitted without reaching Redis, in the window it belongs to', () => {
@@ -116,9 +117,9 @@ describe('LocalFallback: each instance takes its share of 1.2x the limit', () =>
 
   it('forgets reset keys', () => {
     const fallback = fallbackFor(1);
-    expect(admitted(fallback, hit('a'), 10, 0)).toBe(6);
+    expect(admitted(fallback, hit('a'), 10, 0)).toBe(5);
     fallback.forget(['a']);
-    expect(admitted(fallback, hit('a'), 10, 1)).toBe(6);
+    expect(admitted(fallback, hit('a'), 10, 1)).toBe(5);
   });
 });
 

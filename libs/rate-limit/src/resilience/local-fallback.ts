@@ -46,7 +46,9 @@ type LastSeen = {
  * Decides while Redis cannot (the store-error policy `'local'`), so that all instances together
  * admit locally at most LOCAL_FALLBACK_BOUND (1.2) times the limit in any window, however long Redis is
  * out or slow. Each instance remembers, per active key, what Redis last reported, and takes its
- * share of what is left: `(1.2 × limit − last count) / instances`, whole units, counted in the
+ * share of what is left: `(limit − last count) / instances` rounded up, but no more than
+ * `(1.2 × limit − last count) / instances` rounded down, so that all together admit at most
+ * `min(limit + instances − 1, 1.2 × limit)` (one instance: exactly the limit), counted in the
  * window Redis reported (a window it knows nothing of starts at the first local decision, with
  * nothing used). The instances are counted on Redis (`RedisNews.instances`); until they are,
  * `expectedInstances` are assumed. A request whose call may have reached Redis (it missed its
@@ -160,8 +162,14 @@ export class LocalFallback {
     // connection), or a Redis that leaves calls unanswered, is an outage every instance meets, and
     // what Redis last reported stands.
     const shares = hits.map((hit, i) => {
-      const used = redisMayBeUp ? Math.max(windows[i].used, hit.limit) : windows[i].used;
-      return Math.max(0, Math.floor((LOCAL_FALLBACK_BOUND * hit.limit - used) / instances));
+      const { used } = windows[i];
+      if (redisMayBeUp) {
+        return Math.max(0, Math.floor((LOCAL_FALLBACK_BOUND * hit.limit - Math.max(used, hit.limit)) / instances));
+      }
+      // Each instance's part of what is left, rounded up (a rule of 5 on 3 instances: 2 each, not 1),
+      // but never past the bound in all: at most min(limit + instances − 1, 1.2 × limit).
+      const part = Math.ceil((hit.limit - used) / instances);
+      return Math.max(0, Math.min(part, Math.floor((LOCAL_FALLBACK_BOUND * hit.limit - used) / instances)));
     });
     const fits = hits.map((hit, i) => windows[i].blockedUntil <= now && windows[i].admitted + hit.cost <= shares[i]);
     const allowed = fits.every(Boolean);
