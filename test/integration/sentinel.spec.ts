@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RedisSentinelSet, startRedisSentinelSet } from '../support/redis-server.js';
 import { fixedWindowCount, plantFixedWindow } from '../support/inspect.js';
 import { LogCapture } from '../support/log-capture.js';
-import { until } from '../support/poll.js';
+import { failOver, untilCountedOn } from '../support/sentinel-failover.js';
 import { createStore, hit } from '../support/store-module.js';
 import { uniquePrefix } from '../support/test-app.js';
 
@@ -79,25 +79,9 @@ describe('through Redis Sentinel', () => {
       // This test is about following the master, not about lost writes: let the write replicate.
       expect(await master.call('WAIT', '1', '5000')).toBe(1);
 
-      // Sentinel promotes the replica (it has every write: see WAIT above).
-      const sentinel = set.sentinels[0].client();
-      await sentinel.call('SENTINEL', 'FAILOVER', set.name);
-      const replica = set.replica.client();
-      await until(async () => (await replica.info('replication')).includes('role:master'), {
-        timeoutMs: 15_000,
-        intervalMs: 50,
-        what: 'the replica becoming the master',
-      });
-
-      // The client follows the sentinels to the new master; until it does, calls may fail or land
-      // on the old master (and be lost when it becomes a replica).
-      await until(
-        async () => {
-          await store.consume([hit(key, limits)]).catch(() => undefined);
-          return ((await fixedWindowCount(replica, key)) ?? 0) >= 2;
-        },
-        { timeoutMs: 15_000, intervalMs: 50, what: 'a count on the new master' },
-      );
+      // Sentinel promotes the replica (it has every write: see WAIT above); the client follows.
+      const replica = await failOver(set);
+      await untilCountedOn(replica, key, 2, () => store.consume([hit(key, limits)]));
       expect(redis.client.status).toBe('ready');
     } finally {
       await close();

@@ -2,13 +2,13 @@ import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fixedWindowCount } from '../support/inspect.js';
 import { LogCapture } from '../support/log-capture.js';
-import { until } from '../support/poll.js';
 import {
   type RedisSentinelSet,
   type RedisServer,
   startRedisSentinelSet,
   startRedisServer,
 } from '../support/redis-server.js';
+import { failOver, untilCountedOn } from '../support/sentinel-failover.js';
 import { createStore, hit } from '../support/store-module.js';
 import { type TlsFiles, createTlsFiles } from '../support/tls-certs.js';
 import { uniquePrefix } from '../support/test-app.js';
@@ -94,20 +94,8 @@ describe('TLS', () => {
         expect(await fixedWindowCount(master, key)).toBe(1);
         expect(await master.call('WAIT', '1', '5000')).toBe(1);
 
-        await set.sentinels[0].client().call('SENTINEL', 'FAILOVER', set.name);
-        const replica = set.replica.client();
-        await until(async () => (await replica.info('replication')).includes('role:master'), {
-          timeoutMs: 15_000,
-          intervalMs: 50,
-          what: 'the replica becoming the master',
-        });
-        await until(
-          async () => {
-            await store.consume([hit(key, limits)]).catch(() => undefined);
-            return ((await fixedWindowCount(replica, key)) ?? 0) >= 2;
-          },
-          { timeoutMs: 15_000, intervalMs: 50, what: 'a count on the new master, over TLS' },
-        );
+        const replica = await failOver(set);
+        await untilCountedOn(replica, key, 2, () => store.consume([hit(key, limits)]));
         expect(redis.client.status).toBe('ready');
       } finally {
         await close();
