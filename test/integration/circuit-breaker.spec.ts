@@ -161,6 +161,18 @@ describe('the circuit breaker in front of Redis', () => {
       expect(await failWhilePaused(store, key)).toBe('RedisTimeoutError');
       expect(service.lateCalls).toEqual({ answered: 1, unanswered: 1 });
       await until(() => service.lateCalls.unanswered === 2, { timeoutMs: 5_000, what: 'the second call judged' });
+
+      // Back: a call answered on time says so, and the next stall is waited for again.
+      process.kill(server.pid, 'SIGCONT');
+      await until(async () => (await failWhilePaused(store, key)) === 'admitted', {
+        timeoutMs: 5_000,
+        what: 'a call answered on time',
+      });
+      const { answered } = service.lateCalls;
+      const again = (service.client as Redis).eval(SPIN, 0, 300_000);
+      expect(await failWhilePaused(store, key)).toBe('admitted');
+      await again;
+      expect(service.lateCalls.answered).toBeGreaterThan(answered);
     } finally {
       process.kill(server.pid, 'SIGCONT');
       await close();

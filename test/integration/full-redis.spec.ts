@@ -135,11 +135,13 @@ describe('a full Redis (maxmemory 2mb), under each maxmemory-policy', () => {
         expect(s.filled).toBe('refused');
         // Writes refused with OOM: the store-error policy ('local') decides. The lockout holds (the
         // fallback knows the count Redis last reported), newcomers get the fallback's share, nothing
-        // is a 500, and 21 failures write one sampled line.
+        // is a 500, and 21 failures write a line or two.
         expect(s.lockout).toBe(429);
         expect(s.newcomers.every((status) => status === 200 || status === 429)).toBe(true);
         expect(s.newcomers).toContain(200);
-        expect(s.storeErrorLines).toBe(1);
+        // One line per kind of failure (the OOM, then the circuit it opened), never one per request.
+        expect(s.storeErrorLines).toBeGreaterThanOrEqual(1);
+        expect(s.storeErrorLines).toBeLessThanOrEqual(2);
         expect(s.health.memory?.evicting).toBe(false);
       } else {
         // Warned at startup, and the health check says counters may be lost while keys are evicted.

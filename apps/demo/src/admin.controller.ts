@@ -103,7 +103,8 @@ class AdminTokenGuard implements CanActivate {
       .split(',')
       .map((pair): [string, string] => {
         const at = pair.indexOf('=');
-        return [pair.slice(0, at).trim(), pair.slice(at + 1).trim()];
+        // No `=`: no name, and the entry is no token.
+        return at <= 0 ? ['', ''] : [pair.slice(0, at).trim(), pair.slice(at + 1).trim()];
       })
       .filter(([name, token]) => name !== '' && token !== '');
     const token = this.config.get<string>('ADMIN_TOKEN');

@@ -36,7 +36,13 @@ class UsageError extends Error {}
 
 /** Who the changes are logged as made by. */
 function actor(): string {
-  return process.env.RATE_LIMIT_ACTOR || `cli:${userInfo().username}`;
+  if (process.env.RATE_LIMIT_ACTOR) return process.env.RATE_LIMIT_ACTOR;
+  try {
+    return `cli:${userInfo().username}`;
+  } catch {
+    // A container run under a UID with no passwd entry.
+    return `cli:${process.env.USER || `uid ${process.getuid?.() ?? 'unknown'}`}`;
+  }
 }
 
 type Command = (admin: RateLimitManagementService) => Promise<unknown>;

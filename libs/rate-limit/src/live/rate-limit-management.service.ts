@@ -199,7 +199,8 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
    * are in Redis), newest first: what, by whom, when. At most 1,000 are kept.
    */
   async changeLog(count = 50): Promise<RateLimitChange[]> {
-    return this.permitted('changeLog', () => this.changes.latest(count));
+    const latest = Math.min(1_000, Math.max(1, Math.floor(count) || 1));
+    return this.permitted('changeLog', () => this.changes.latest(latest), '');
   }
 
   /**
@@ -208,19 +209,33 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
    */
   private async record(author: RateLimitChangeAuthor | undefined, change: Omit<RateLimitChange, 'at' | 'by'>) {
     const by = author?.by || 'unknown';
-    await this.changes.record({ at: new Date().toISOString(), by, ...change });
-    this.logger.log(`Live change by ${by}: ${JSON.stringify(change)}`);
+    await this.permitted(
+      change.change,
+      () => this.changes.record({ at: new Date().toISOString(), by, ...change }),
+      ' nothing was changed.',
+    );
+    this.logger.log(`Live change by ${JSON.stringify(by)}: ${JSON.stringify(change)}`);
   }
 
-  /** Runs a call, a refusal by Redis for lack of permission turned into a `RateLimitPermissionError` naming it. */
-  private async permitted<T>(method: string, call: () => Promise<T>): Promise<T> {
+  /**
+   * Runs a call, a refusal by Redis for lack of permission turned into a `RateLimitPermissionError`
+   * naming it, and saying what became of the change (`outcome`): refused past the change log, a
+   * change may be made in part (a value written but not announced, counters deleted but the news
+   * of it refused).
+   */
+  private async permitted<T>(
+    method: string,
+    call: () => Promise<T>,
+    outcome = ' the change may be made in part: check it with get or inspect.',
+  ): Promise<T> {
     try {
       return await call();
     } catch (error) {
+      if (error instanceof RateLimitPermissionError) throw error;
       const message = error instanceof Error ? error.message : String(error);
       if (!PERMISSION_REFUSED.test(message)) throw error;
       throw new RateLimitPermissionError(
-        `RateLimitManagementService.${method}: Redis refused it for lack of permission (${message}); nothing was changed. ` +
+        `RateLimitManagementService.${method}: Redis refused it for lack of permission (${message});${outcome} ` +
           'The Redis user needs the ACL in the docs (operations.md, "A least-privilege Redis user")',
       );
     }

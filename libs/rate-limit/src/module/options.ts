@@ -41,7 +41,10 @@ export interface RateLimitStoreErrorOptions {
    * `Retry-After: 1`). A rule's own `onStoreError` wins over this.
    */
   policy?: RateLimitStoreErrorPolicy;
-  /** Deadline for one Redis call, in ms; past it the request is decided by `policy`. Default 100. */
+  /**
+   * Deadline for one Redis call, in ms; past it the call waits for a late answer
+   * (`waitForLateAnswers`), or the request is decided by `policy`. Default 100.
+   */
   timeoutMs?: number;
   /**
    * A call past its deadline waits up to 1 s more for its late answer, which then decides the

@@ -20,9 +20,10 @@ import { type CallOutcomes, type RedisCircuitBreaker, RedisTimeoutError } from '
 export class LateAnswers implements CallOutcomes {
   /** Calls past their deadline, as judged: answered late, or not within LATE_ANSWER_GRACE_MS. */
   readonly counts = { answered: 0, unanswered: 0 };
-  /** When (`performance.now()`) a call past its deadline was last answered, and last left unanswered. */
-  private lastAnsweredAt = -Infinity;
+  /** When (`performance.now()`) a call past its deadline was last left unanswered. */
   private lastUnansweredAt = -Infinity;
+  /** A call went unanswered, and none has been answered since (on time or late). */
+  private down = false;
 
   /**
    * @param wait `storeErrors.waitForLateAnswers`
@@ -33,14 +34,14 @@ export class LateAnswers implements CallOutcomes {
     private readonly breaker: RedisCircuitBreaker | undefined,
   ) {}
 
-  /** Whether Redis seems down rather than slow: a call went unanswered lately, and none was answered late since. */
+  /** Whether Redis seems down rather than slow: a call went unanswered lately, and none was answered since. */
   get redisSeemsDown(): boolean {
-    return (
-      this.lastUnansweredAt > this.lastAnsweredAt && performance.now() - this.lastUnansweredAt < SLOW_REDIS_MEMORY_MS
-    );
+    return this.down && performance.now() - this.lastUnansweredAt < SLOW_REDIS_MEMORY_MS;
   }
 
   succeeded(): void {
+    // An answer on time says Redis is back (a boolean: this runs on every call).
+    if (this.down) this.down = false;
     this.breaker?.succeeded();
   }
 
@@ -56,32 +57,43 @@ export class LateAnswers implements CallOutcomes {
     return Promise.reject(error);
   }
 
-  /** Resolves with the call's answer, if it comes within LATE_ANSWER_GRACE_MS; rejects otherwise. */
+  /**
+   * Resolves with the call's answer, if it comes within LATE_ANSWER_GRACE_MS; rejects otherwise. An
+   * error reply (a script error, `OOM`) is an answer: Redis is up, though the call failed.
+   */
   private judge(answer: Promise<unknown>, error: RedisTimeoutError): Promise<unknown> {
     return new Promise((resolve, reject) => {
       let judged = false;
-      const timer = setTimeout(() => unanswered(error), LATE_ANSWER_GRACE_MS).unref();
-      const unanswered = (failure: unknown) => {
+      const timer = setTimeout(() => end(false, error), LATE_ANSWER_GRACE_MS).unref();
+      const end = (answered: boolean, failure: unknown, value?: unknown) => {
         if (judged) return;
         judged = true;
         clearTimeout(timer);
-        this.counts.unanswered += 1;
-        this.lastUnansweredAt = performance.now();
-        this.breaker?.countFailure(failure);
-        reject(failure);
-      };
-      answer.then(
-        (value) => {
-          if (judged) return;
-          judged = true;
-          clearTimeout(timer);
+        if (answered) {
           this.counts.answered += 1;
-          this.lastAnsweredAt = performance.now();
+          this.down = false;
+        } else {
+          this.counts.unanswered += 1;
+          this.lastUnansweredAt = performance.now();
+          this.down = true;
+        }
+        if (failure === undefined) {
           this.breaker?.succeeded();
           resolve(value);
-        },
-        (failure: unknown) => unanswered(failure ?? error),
+        } else {
+          this.breaker?.countFailure(failure);
+          reject(failure);
+        }
+      };
+      answer.then(
+        (value) => end(true, undefined, value),
+        (failure: unknown) => end(isReplyError(failure), failure ?? error),
       );
     });
   }
+}
+
+/** Whether a failed call was answered by Redis (an error reply), rather than lost with its connection. */
+function isReplyError(failure: unknown): boolean {
+  return failure instanceof Error && failure.name === 'ReplyError';
 }

@@ -109,8 +109,9 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
 
   /**
    * Runs a script with the configured deadline, through the circuit breaker. A call past its
-   * deadline rejects with `RedisTimeoutError`, which holds the call for its late answer; while the
-   * circuit is open, calls reject at once with `BrokenCircuitError`.
+   * deadline waits for its late answer while Redis is slow (`LateAnswers`), or rejects with
+   * `RedisTimeoutError`, which holds the call for that answer; while the circuit is open, calls
+   * reject at once with `BrokenCircuitError`.
    */
   run(script: RedisScript, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {
     return this.scriptRunner.run(script, keys, args);
@@ -307,7 +308,6 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     this.readyListeners.push(listener);
   }
 
-  /** Says at the start, once, when a server is too old for the scripts, rather than by every request's error. */
   /**
    * Runs every command of the scripts once (`ACCESS_PROBE_SCRIPT`) and names those the Redis user
    * may not run (an ACL without one, or without the keys or the channel): the app stops here,
@@ -330,9 +330,13 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
     const message =
       `RateLimitModule: Redis (${this.describe()}) refuses what the rate limiter runs: ${[...new Set(refused)].join('; ')}. ` +
       'Grant the ACL in the docs (operations.md, "A least-privilege Redis user")';
+    // The app does not start: nor does it leave its connections open.
+    this.news?.stop();
+    if (this.ownsClient) this.redis!.disconnect();
     throw new Error(message);
   }
 
+  /** Says at the start, once, when a server is too old for the scripts, rather than by every request's error. */
   private async checkVersion(): Promise<void> {
     const client = this.client;
     for (const node of mastersOf(client)) {

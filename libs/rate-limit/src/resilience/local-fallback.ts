@@ -7,7 +7,7 @@ export interface LocalFallbackOptions {
   instances?: () => number | undefined;
   /**
    * Whether the store seems down rather than slow (calls past their deadline went unanswered lately):
-   * then even failures that may have run in it share the whole `1.2 × limit` (below).
+   * then even failures that may have run in it take the whole share, not only the margin (below).
    */
   storeSeemsDown?: () => boolean;
   /** The instances assumed while they are not counted. Default 2. */
