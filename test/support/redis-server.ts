@@ -168,6 +168,8 @@ async function launch(binary: string, port: number, plan: LaunchPlan): Promise<R
     client() {
       const tls = plan.tls && { ca: plan.tls.ca };
       const client = new Redis({ host: '127.0.0.1', port, lazyConnect: false, maxRetriesPerRequest: 1, tls });
+      // A server killed on purpose: its clients' reconnect errors are expected, not news.
+      client.on('error', () => undefined);
       clients.push(client);
       return client;
     },

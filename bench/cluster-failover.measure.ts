@@ -1,0 +1,142 @@
+/**
+ * Over-admission around a Cluster failover that loses the last writes.
+ *
+ *   npm run bench:cluster-failover
+ *
+ * A 3-master Cluster with a replica each, on loopback; three app instances. One route is limited
+ * globally (LIMIT per WINDOW, one counter), another per client (CLIENT_LIMIT per WINDOW, CLIENTS
+ * clients); each is offered twice its limit, evenly, spread over the instances. A few seconds in,
+ * the replica of the shard holding the global counter is stopped (SIGSTOP: it replicates nothing
+ * more), then its master is killed and the replica resumed: the Cluster promotes it, lacking the
+ * counts written meanwhile. Reported: admitted per window, globally and for the worst client on
+ * that shard, against the limits, and when requests were decided by Redis again.
+ */
+import { Controller, type ExecutionContext, Get, type INestApplication } from '@nestjs/common';
+import { Cluster } from 'ioredis';
+import request from 'supertest';
+import { afterAll, beforeAll, describe, it } from 'vitest';
+import { RateLimit } from 'nest-rate-limit';
+import { type RedisCluster, startRedisCluster } from '../test/support/redis-server.js';
+import { type PacedSample, admittedPerWindow, paced } from '../test/support/traffic.js';
+import { createTestApp, uniquePrefix } from '../test/support/test-app.js';
+
+const LIMIT = 100;
+const CLIENT_LIMIT = 10;
+const CLIENTS = 10;
+const WINDOW_MS = 10_000;
+const RUN_MS = 40_000;
+const STOP_REPLICA_AT_MS = 11_000;
+const KILL_MASTER_AT_MS = 13_000;
+
+const byClient = (context: ExecutionContext) =>
+  context.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers['x-client'];
+
+@Controller()
+class RoutesController {
+  @Get('global')
+  @RateLimit({ name: 'global', count: LIMIT, window: WINDOW_MS, by: 'global' })
+  global() {
+    return {};
+  }
+
+  @Get('client')
+  @RateLimit({ name: 'client', count: CLIENT_LIMIT, window: WINDOW_MS, by: byClient })
+  client() {
+    return {};
+  }
+}
+
+describe('Cluster failover with lost writes', () => {
+  let cluster: RedisCluster;
+  let apps: INestApplication[];
+
+  beforeAll(async () => {
+    cluster = await startRedisCluster(3, true);
+    const keyPrefix = uniquePrefix();
+    apps = await Promise.all(
+      [0, 1, 2].map(() =>
+        createTestApp({
+          controllers: [RoutesController],
+          rateLimit: { redis: { cluster: cluster.startupNodes }, keyPrefix },
+        }),
+      ),
+    );
+  }, 60_000);
+
+  afterAll(async () => {
+    await Promise.all((apps ?? []).map((app) => app.close()));
+    await cluster?.stop();
+  });
+
+  it('admitted per window around the failover', async () => {
+    const reader = new Cluster(cluster.startupNodes);
+    const slot = Number(await reader.cluster('KEYSLOT', '{global}'));
+    reader.disconnect();
+    const shard = Math.floor(slot / Math.ceil(16384 / 3));
+    const [master, replica] = [cluster.nodes[shard], cluster.replicas[shard]];
+    const events: string[] = [];
+    // Each request goes to the next instance; even ones to the global route, odd ones to a client.
+    const route = (i: number) => (i % 2 === 0 ? 'global' : `client c${Math.floor(i / 2) % CLIENTS}`);
+    const { samples } = await paced({
+      durationMs: RUN_MS,
+      ratePerS: 2 * ((2 * LIMIT) / (WINDOW_MS / 1000)),
+      send: (i) => {
+        const app = apps[i % 3].getHttpServer();
+        if (i % 2 === 0) return request(app).get('/global');
+        return request(app)
+          .get('/client')
+          .set('x-client', `c${Math.floor(i / 2) % CLIENTS}`);
+      },
+      events: [
+        {
+          atMs: STOP_REPLICA_AT_MS,
+          run: async () => {
+            process.kill(replica.pid, 'SIGSTOP');
+            events.push(`+${STOP_REPLICA_AT_MS} ms: the replica of shard ${shard} stopped`);
+          },
+        },
+        {
+          atMs: KILL_MASTER_AT_MS,
+          run: async () => {
+            await master.kill();
+            process.kill(replica.pid, 'SIGCONT');
+            events.push(`+${KILL_MASTER_AT_MS} ms: its master killed, the replica resumed`);
+          },
+        },
+      ],
+    });
+    const windows = RUN_MS / WINDOW_MS;
+    const global = admittedPerWindow(
+      samples.filter((s) => route(s.index) === 'global'),
+      WINDOW_MS,
+      windows,
+    );
+    // Per client: the worst client in each window.
+    const perClient = new Map<string, PacedSample[]>();
+    for (const s of samples) {
+      const name = route(s.index);
+      if (name !== 'global') perClient.set(name, [...(perClient.get(name) ?? []), s]);
+    }
+    const worstClient = Array.from({ length: windows }, (_, w) =>
+      Math.max(...[...perClient.values()].map((own) => admittedPerWindow(own, WINDOW_MS, windows)[w])),
+    );
+    const back = samples
+      .filter((s) => s.fromRedis && s.answeredAt > KILL_MASTER_AT_MS && route(s.index) === 'global')
+      .map((s) => s.answeredAt)
+      .sort((a, b) => a - b)[0];
+    const failed = samples.filter((s) => s.status >= 500).length;
+    console.log(
+      [
+        `3 masters with a replica each, 3 app instances; global ${LIMIT} and per client ${CLIENT_LIMIT} (${CLIENTS} clients) per ${WINDOW_MS} ms, each offered 2x`,
+        ...events,
+        '| window | global admitted | of the limit | worst client | of its limit |',
+        '|---|---:|---:|---:|---:|',
+        ...global.map(
+          (admitted, w) =>
+            `| ${w * (WINDOW_MS / 1000)}-${(w + 1) * (WINDOW_MS / 1000)} s | ${admitted} | ${(admitted / LIMIT).toFixed(2)}x | ${worstClient[w]} | ${(worstClient[w] / CLIENT_LIMIT).toFixed(2)}x |`,
+        ),
+        `5xx: ${failed}; the global counter decided by Redis again ${back === undefined ? '(never)' : `${(back - KILL_MASTER_AT_MS).toFixed(0)} ms after the kill`}`,
+      ].join('\n'),
+    );
+  });
+});
