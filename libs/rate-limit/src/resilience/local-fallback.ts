@@ -130,15 +130,21 @@ export class LocalFallback {
 
   /**
    * Decides a request locally, all rules or none, as the Redis store would.
-   * @param unsent true when the failed call never reached Redis (circuit open, no connection): only
-   *   then are the admitted units recorded later. A call that timed out may still run in Redis, and
-   *   recording its units too would count the request twice.
+   * @param unsent true when the failed call never reached Redis (circuit open, no connection): the
+   *   admitted units are recorded later. A call that timed out may still run in Redis, and recording
+   *   its units too would count the request twice: it is recorded only while Redis seems down.
    * @param mayHaveRun the failure may have run in Redis (a call past its deadline, a connection
    *   dropped with calls written). Default: not `unsent`.
    */
   consume(hits: readonly RateLimitHit[], now: number, unsent: boolean, mayHaveRun = !unsent): RateLimitConsumption {
     const instances = Math.max(1, this.options.instances?.() ?? this.options.expectedInstances);
-    const redisMayBeUp = mayHaveRun && !this.options.storeSeemsDown?.();
+    const seemsDown = this.options.storeSeemsDown?.() ?? false;
+    const redisMayBeUp = mayHaveRun && !seemsDown;
+    // Recorded in Redis once it answers: what never reached it, and what a Redis that seems down
+    // (a killed master, a partition) most likely never ran. Should it run after all (a paused
+    // Redis resumed), the request counts twice: refusing a few too many, never admitting past
+    // the limit unseen.
+    const recorded = unsent || seemsDown;
     const windows = hits.map((hit): LastSeen => {
       const seen = this.lastSeen.get(hit.key);
       if (seen && seen.resetAt > now) return seen;
@@ -177,7 +183,7 @@ export class LocalFallback {
       const window = windows[i];
       if (allowed) {
         window.admitted += hits[i].cost;
-        if (unsent) this.addPending(hits[i], window.resetAt, now);
+        if (recorded) this.addPending(hits[i], window.resetAt, now);
       } else if (!fits[i] && hits[i].blockMs > 0 && window.blockedUntil <= now) {
         // Refused here: its penalty starts, as Redis would start it (never in flight locally).
         window.blockedUntil = now + hits[i].blockMs;
