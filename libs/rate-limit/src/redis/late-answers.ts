@@ -64,18 +64,22 @@ export class LateAnswers implements CallOutcomes {
   private judge(answer: Promise<unknown>, error: RedisTimeoutError): Promise<unknown> {
     return new Promise((resolve, reject) => {
       let judged = false;
-      const timer = setTimeout(() => end(false, error), LATE_ANSWER_GRACE_MS).unref();
-      const end = (answered: boolean, failure: unknown, value?: unknown) => {
+      const timer = setTimeout(() => end('unanswered', error), LATE_ANSWER_GRACE_MS).unref();
+      const end = (verdict: 'answered' | 'unanswered' | 'lost', failure: unknown, value?: unknown) => {
         if (judged) return;
         judged = true;
         clearTimeout(timer);
-        if (answered) {
+        if (verdict === 'answered') {
           this.counts.answered += 1;
           this.down = false;
         } else {
           this.counts.unanswered += 1;
-          this.lastUnansweredAt = performance.now();
-          this.down = true;
+          // Only silence for the whole grace says Redis is down; a call lost with its connection
+          // (a dropped link, a restart) says nothing of whether Redis ran it, or runs others.
+          if (verdict === 'unanswered') {
+            this.lastUnansweredAt = performance.now();
+            this.down = true;
+          }
         }
         if (failure === undefined) {
           this.breaker?.succeeded();
@@ -86,8 +90,8 @@ export class LateAnswers implements CallOutcomes {
         }
       };
       answer.then(
-        (value) => end(true, undefined, value),
-        (failure: unknown) => end(isReplyError(failure), failure ?? error),
+        (value) => end('answered', undefined, value),
+        (failure: unknown) => end(isReplyError(failure) ? 'answered' : 'lost', failure ?? error),
       );
     });
   }
