@@ -39,6 +39,41 @@ class RouteController {
   }
 }
 
+/**
+ * The most a window admitted, by what the algorithm promises (times in ms since the traffic began,
+ * sorted; `epoch`: the traffic's start as a `Date.now()` time):
+ * - fixed window, sliding log: any span of one window (a fixed window's start at the first request
+ *   is this clock's within a few ms; a sliding log promises every span);
+ * - sliding window: each window aligned as it aligns them (multiples of the window since the epoch);
+ * - token bucket, GCRA: what passed since the start less what the bucket allows since (its burst,
+ *   then the limit per window), added to one window's limit: a bucket refused during an outage may
+ *   catch up after it, as it would have admitted then.
+ */
+function worstWindow(admitted: readonly number[], epoch: number): { admitted: number; how: string } {
+  if (ALGORITHM === 'token-bucket' || ALGORITHM === 'gcra') {
+    let excess = -Infinity;
+    admitted.forEach((at, i) => (excess = Math.max(excess, i + 1 - (LIMIT + (LIMIT * at) / WINDOW_MS))));
+    return {
+      admitted: LIMIT + Math.max(0, Math.ceil(excess)),
+      how: 'the limit plus the most admitted since the start beyond the burst and the rate',
+    };
+  }
+  if (ALGORITHM === 'sliding-window') {
+    const perWindow = new Map<number, number>();
+    for (const at of admitted) {
+      const index = Math.floor((epoch + at) / WINDOW_MS);
+      perWindow.set(index, (perWindow.get(index) ?? 0) + 1);
+    }
+    return { admitted: Math.max(...perWindow.values()), how: 'the most in one of its aligned windows' };
+  }
+  let most = 0;
+  for (let i = 0, j = 0; i < admitted.length; i += 1) {
+    while (j < admitted.length && admitted[j] < admitted[i] + WINDOW_MS) j += 1;
+    most = Math.max(most, j - i);
+  }
+  return { admitted: most, how: `the most within any ${WINDOW_MS} ms` };
+}
+
 describe('failover with lost writes', () => {
   let set: RedisSentinelSet;
   let app: INestApplication;
@@ -106,14 +141,10 @@ describe('failover with lost writes', () => {
       (admitted, index) =>
         `| ${index * (WINDOW_MS / 1000)}-${(index + 1) * (WINDOW_MS / 1000)} s | ${admitted} | ${(admitted / LIMIT).toFixed(2)}x |`,
     );
-    // The limiter's windows start at the first request, so a sliding view catches a window split.
-    const sorted = [...admittedAt].sort((a, b) => a - b);
-    let worst = 0;
-    for (let i = 0; i < sorted.length; i += 1) {
-      let j = i;
-      while (j < sorted.length && sorted[j] < sorted[i] + WINDOW_MS) j += 1;
-      worst = Math.max(worst, j - i);
-    }
+    const worst = worstWindow(
+      [...admittedAt].sort((a, b) => a - b),
+      performance.timeOrigin + started,
+    );
     console.log(
       [
         `${ALGORITHM}, limit ${LIMIT} per ${WINDOW_MS} ms, offered ${RATE_PER_S}/s (2x the limit), detectLostWrites ${process.env.DETECT_LOST_WRITES !== 'false'}${FAILOVER ? '' : ', no failover (control)'}`,
@@ -121,7 +152,7 @@ describe('failover with lost writes', () => {
         '| window | admitted | of the limit |',
         '|---|---:|---:|',
         ...rows,
-        `most admitted within any ${WINDOW_MS} ms: ${worst} (${((worst / LIMIT - 1) * 100).toFixed(0)}% over the limit)`,
+        `worst window: ${worst.admitted} admitted, ${(worst.admitted / LIMIT).toFixed(2)}x the limit (${worst.how})`,
         `sentinels announced the new master ${switchedAt === undefined ? '(not seen)' : `${(switchedAt - KILL_AT_MS).toFixed(0)} ms after the kill`}; ` +
           `first request decided by Redis again ${back === undefined ? '(none)' : `${(back - KILL_AT_MS).toFixed(0)} ms after the kill`}`,
       ].join('\n'),

@@ -151,6 +151,99 @@ describe('counts lost behind the limiter’s back (as in a failover)', () => {
   });
 });
 
+/** The other four algorithms, one route each: 20 per hour, so nothing refills within a test. */
+const OTHER_ALGORITHMS = ['sliding-window', 'sliding-log', 'token-bucket', 'gcra'] as const;
+
+@Controller('lost-by')
+class LostByAlgorithmController {
+  @Get('sliding-window')
+  @RateLimit({ name: 'sliding-window', count: 20, window: '1h', by: 'global', algorithm: 'sliding-window' })
+  slidingWindow() {
+    return {};
+  }
+
+  @Get('sliding-log')
+  @RateLimit({ name: 'sliding-log', count: 20, window: '1h', by: 'global', algorithm: 'sliding-log' })
+  slidingLog() {
+    return {};
+  }
+
+  @Get('token-bucket')
+  @RateLimit({ name: 'token-bucket', count: 20, window: '1h', by: 'global', algorithm: 'token-bucket' })
+  tokenBucket() {
+    return {};
+  }
+
+  @Get('gcra')
+  @RateLimit({ name: 'gcra', count: 20, window: '1h', by: 'global', algorithm: 'gcra' })
+  gcra() {
+    return {};
+  }
+}
+
+/**
+ * A failover that loses writes, simulated exactly: the state key as it was a few admissions ago
+ * (`DUMP`), put back over the newer one (`RESTORE … REPLACE`), as a promoted replica that missed the
+ * last writes holds it. Each algorithm's state and repair differ; what the client sees must not.
+ */
+describe.each(OTHER_ALGORITHMS)('%s: writes lost behind the limiter’s back', (algorithm) => {
+  let server: RedisServer;
+  let redis: Redis;
+
+  beforeAll(async () => {
+    server = await startRedisServer();
+    redis = server.client();
+  });
+
+  afterAll(() => server?.stop());
+
+  async function withApp(detectLostWrites: boolean, run: (app: INestApplication, key: string) => Promise<void>) {
+    const prefix = uniquePrefix();
+    const app = await createTestApp({
+      controllers: [LostByAlgorithmController],
+      rateLimit: { redis: server.url, keyPrefix: prefix, failover: { detectLostWrites }, blockCache: false },
+    });
+    try {
+      await run(app, rateLimitKeys(prefix, algorithm, 'global', algorithm).key);
+    } finally {
+      await app.close();
+    }
+  }
+
+  /** The state after `kept` admissions, put back after `lost` more. */
+  async function loseWrites(app: INestApplication, key: string, kept: number, lost: number): Promise<void> {
+    const path = `/lost-by/${algorithm}`;
+    expect(await statuses(app, path, kept)).toEqual(Array(kept).fill(200));
+    const snapshot = await redis.dumpBuffer(key);
+    const ttl = await redis.pttl(key);
+    expect(await statuses(app, path, lost)).toEqual(Array(lost).fill(200));
+    await redis.restore(key, ttl, snapshot!, 'REPLACE');
+  }
+
+  it('decides on the higher figure it saw and raises the state back: the hour admits its 20', async () => {
+    await withApp(true, async (app, key) => {
+      await loseWrites(app, key, 5, 10);
+      const next = await request(app.getHttpServer()).get(`/lost-by/${algorithm}`).expect(200);
+      expect(next.headers['ratelimit-remaining']).toBe('4');
+      expect(await statuses(app, `/lost-by/${algorithm}`, 5)).toEqual([200, 200, 200, 200, 429]);
+    });
+  });
+
+  it('refuses a request the higher figure refuses, and raises the state to the full 20', async () => {
+    await withApp(true, async (app, key) => {
+      await loseWrites(app, key, 4, 16);
+      expect(await statuses(app, `/lost-by/${algorithm}`, 3)).toEqual([429, 429, 429]);
+    });
+  });
+
+  it('over-admits without the check (failover.detectLostWrites: false), which is what the check prevents', async () => {
+    await withApp(false, async (app, key) => {
+      await loseWrites(app, key, 5, 10);
+      expect(await statuses(app, `/lost-by/${algorithm}`, 16)).toEqual([...Array(15).fill(200), 429]);
+    });
+  });
+});
+
 /**
  * `failover.detectLostWrites: 'auto'`, the default: the check only where a replica can be promoted.
  * Told apart by what it does to a counter lowered behind the limiter's back, and by its log line.

@@ -61,8 +61,8 @@ export interface RateLimitStoreErrorOptions {
   localFallback?: {
     /**
      * The instances assumed to share Redis until they are counted on it (`PUBSUB NUMSUB`, every 5 s,
-     * where the ACL allows): each takes its part of `count / instances`, rounded up (all together
-     * at most 1.2x). Default 2.
+     * where the ACL allows): each takes its part of `count / instances`, rounded up where all
+     * together stay within 1.05x, else down. Default 2.
      */
     expectedInstances?: number;
   };

@@ -66,6 +66,8 @@ export interface GroupResult {
   receipts: RateLimitReceipt[];
   /** Each hit's window start on Redis's clock (or the given `now`'s). */
   windowStarts: number[];
+  /** The time each hit was decided at, on the same clock. */
+  decidedAt: number[];
 }
 
 /** The calls of one request put back in hit order: admitted only if every call admitted. */
@@ -73,12 +75,14 @@ export function mergeGroups(results: readonly GroupResult[]) {
   const decisions: RateLimitDecision[] = [];
   const receipts: RateLimitReceipt[] = [];
   const windowStarts: number[] = [];
+  const decidedAt: number[] = [];
   for (const result of results) {
     result.indices.forEach((hitIndex, i) => {
       decisions[hitIndex] = result.decisions[i];
       receipts[hitIndex] = result.receipts[i];
       windowStarts[hitIndex] = result.windowStarts[i];
+      decidedAt[hitIndex] = result.decidedAt[i];
     });
   }
-  return { allowed: results.every((result) => result.allowed), decisions, receipts, windowStarts };
+  return { allowed: results.every((result) => result.allowed), decisions, receipts, windowStarts, decidedAt };
 }

@@ -10,7 +10,7 @@ import {
   capacityOf,
 } from '../store/rate-limit-store.js';
 import { INSPECT_LAYOUT, INSPECT_SCRIPTS, encodeInspect } from './scripts/inspect.script.js';
-import type { LostWriteCheck, LostWriteRepairs } from './failover/lost-write-check.js';
+import type { DecisionTimes, LostWriteCheck, LostWriteRepairs } from './failover/lost-write-check.js';
 import type { ReplicaWait } from './failover/replica-wait.js';
 import type { RedisService } from './redis.service.js';
 import type { ScriptRunner } from './script-runner.js';
@@ -26,7 +26,7 @@ import {
 import { isCluster } from './is-cluster.js';
 import { CONSUME_SCRIPTS, decodeConsume, encodeConsume } from './scripts/consume.script.js';
 import { FIXED_WINDOW_FAST_SCRIPT, decodeFast, encodeFast, isFastHit } from './scripts/fixed-window-fast.script.js';
-import { RAISE_FIXED_WINDOW_SCRIPT, encodeRaiseFixedWindow } from './scripts/raise-fixed-window.script.js';
+import { type LostWriteRaise, RAISE_SCRIPTS, encodeRaise } from './scripts/raise.script.js';
 import { REFUND_SCRIPTS, encodeRefund } from './scripts/refund.script.js';
 import { RESET_SCRIPT, encodeReset } from './scripts/reset.script.js';
 import { UnsentCallsError, neverReachedRedis } from './unsent-error.js';
@@ -34,7 +34,7 @@ import { RedisTimeoutError } from './call-safety.js';
 
 /** The failover defences of a Redis store (see `redis/failover/`), each optional. */
 export interface RedisFailoverDefences {
-  /** Checks each fixed window against what this instance saw in it. */
+  /** Checks each state against the least it can hold by what this instance saw of it. */
   lostWrites?: LostWriteCheck;
   /** The lost-write marker's share of the limit, or false for none. */
   marker: number | false;
@@ -68,8 +68,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     // Loaded on every (re)connect: these from the start, and each variant by algorithms once a call
     // first needs it (`RedisService.run` loads it before that call).
     this.scripts = redis.scripts;
-    for (const script of [FIXED_WINDOW_FAST_SCRIPT, RAISE_FIXED_WINDOW_SCRIPT, RESET_SCRIPT])
-      this.scripts.register(script);
+    for (const script of [FIXED_WINDOW_FAST_SCRIPT, RESET_SCRIPT]) this.scripts.register(script);
     this.markerShare = defences.marker;
     if (defences.lostWrites) this.checkLostWrites(defences.lostWrites);
     this.replicaWait = defences.replicaWait;
@@ -122,11 +121,10 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
       if (!this.lostWrites && !this.replicaWait) return consumption;
       // Each window is named by its start, as the full script names it.
       const { now, decisions } = consumption;
-      return this.defended(
-        hits,
-        consumption,
-        hits.map((hit, i) => now + decisions[i].resetMs - hit.windowMs),
-      );
+      return this.defended(hits, consumption, {
+        at: hits.map(() => now),
+        windowStarts: hits.map((hit, i) => now + decisions[i].resetMs - hit.windowMs),
+      });
     });
   }
 
@@ -146,8 +144,12 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     if (groups.length === 1) {
       // Every key in one slot (always on a standalone server): one call, its results in hit order.
       const result = await this.consumeGroup(hits, groups[0], at, nonce);
-      const { allowed, decisions, receipts, windowStarts } = result;
-      return this.defended(hits, { allowed, decisions, receipts: allowed ? receipts : undefined }, windowStarts);
+      const { allowed, decisions, receipts, windowStarts, decidedAt } = result;
+      return this.defended(
+        hits,
+        { allowed, decisions, receipts: allowed ? receipts : undefined },
+        { at: decidedAt, windowStarts },
+      );
     }
     const settled = await Promise.allSettled(groups.map((indices) => this.consumeGroup(hits, indices, at, nonce)));
     const failures = settled.flatMap((result) => (result.status === 'rejected' ? [result.reason as unknown] : []));
@@ -166,23 +168,27 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     }
     if (failures.length > 0) throw failures[0];
     const results = settled.map((result) => (result as PromiseFulfilledResult<GroupResult>).value);
-    const { allowed, decisions, receipts, windowStarts } = mergeGroups(results);
+    const { allowed, decisions, receipts, windowStarts, decidedAt } = mergeGroups(results);
     if (!allowed) {
       await this.refundGroups(
         hits,
         results.filter((result) => result.allowed),
       );
     }
-    return this.defended(hits, { allowed, decisions, receipts: allowed ? receipts : undefined }, windowStarts);
+    return this.defended(
+      hits,
+      { allowed, decisions, receipts: allowed ? receipts : undefined },
+      { at: decidedAt, windowStarts },
+    );
   }
 
   /** A consumption after the failover defences: the lost-write check, then the wait for replicas. */
   private async defended(
     hits: readonly RateLimitHit[],
     decided: RateLimitConsumption,
-    windowStarts: readonly number[],
+    times: DecisionTimes,
   ): Promise<RateLimitConsumption> {
-    const consumption = this.lostWrites ? await this.lostWrites.check(hits, decided, windowStarts, this) : decided;
+    const consumption = this.lostWrites ? await this.lostWrites.check(hits, decided, times, this) : decided;
     if (consumption.allowed && this.replicaWait) await this.replicaWait.afterAdmission();
     return consumption;
   }
@@ -218,7 +224,18 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     const nonce = nextNonce();
     const at = now === undefined ? undefined : Math.floor(now);
     const groups = groupHitsBySlot(hits, this.cluster);
-    await Promise.all(groups.map((indices) => this.consumeGroup(hits, indices, at, nonce, true)));
+    const results = await Promise.all(groups.map((indices) => this.consumeGroup(hits, indices, at, nonce, true)));
+    if (!this.lostWrites) return;
+    // Units the fallback admitted while Redis was out, recorded into a state a failover may have
+    // left without the writes before them: checked as an admission is (raised back, never refused).
+    const { decisions, receipts, windowStarts, decidedAt } = mergeGroups(results);
+    await this.lostWrites.check(
+      hits,
+      { allowed: true, decisions, receipts },
+      { at: decidedAt, windowStarts },
+      this,
+      true,
+    );
   }
 
   async settle(settlements: readonly RateLimitSettlement[]): Promise<void> {
@@ -256,18 +273,23 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     await this.redis.announceLifted(keys);
   }
 
+  /**
+   * On Cluster, the key's hash slot: a call on it answering says its master does, whichever node
+   * that is after a failover.
+   */
+  override shardOf(key: string): string {
+    return String(slotOf(key, this.cluster));
+  }
+
   override watchLiftedKeys(watcher: LiftedKeysWatcher): boolean {
     this.redis.watchLiftedKeys(watcher);
     return true;
   }
 
-  /**
-   * Raises the count of the fixed window that started at `windowStart` (Redis's time, or the given
-   * `now`'s) to at least `figure`, if that window is still the key's (lost-write repair).
-   */
-  async raiseFixedWindow(hit: RateLimitHit, windowStart: number, figure: number): Promise<void> {
-    const { keys, args } = encodeRaiseFixedWindow(hit.key, windowStart, hit.windowMs, figure);
-    await this.scripts.run(RAISE_FIXED_WINDOW_SCRIPT, keys, args);
+  /** Raises a rule's state at a key to at least what this instance saw of it (lost-write repair). */
+  async raise(raise: LostWriteRaise): Promise<void> {
+    const { keys, args } = encodeRaise(raise);
+    await this.scripts.run(RAISE_SCRIPTS.for([raise.hit]), keys, args);
   }
 
   /**
@@ -327,6 +349,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
       allowed: reply.allowed,
       decisions,
       windowStarts,
+      decidedAt: group.map(() => admittedAt),
       // A fixed window on Redis's clock keeps no start in its key: its receipt names the window,
       // so a refund goes into that window only.
       receipts: group.map((hit, i) =>

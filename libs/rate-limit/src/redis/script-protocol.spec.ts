@@ -5,7 +5,7 @@ import { luaStringTable } from './script-layout-lua.js';
 import { defineScriptLayout } from './script-protocol.js';
 import { ALGORITHM_NAMES } from '../algorithms/algorithm.js';
 import { CONSUME_LAYOUT, CONSUME_SCRIPTS, decodeConsume, encodeConsume } from './scripts/consume.script.js';
-import { RAISE_FIXED_WINDOW_LAYOUT, RAISE_FIXED_WINDOW_SCRIPT } from './scripts/raise-fixed-window.script.js';
+import { RAISE_LAYOUT, RAISE_SCRIPTS } from './scripts/raise.script.js';
 import { REFUND_LAYOUT, REFUND_SCRIPTS, encodeRefund } from './scripts/refund.script.js';
 
 const hit = (key: string, overrides: Partial<RateLimitHit> = {}): RateLimitHit => ({
@@ -128,7 +128,7 @@ describe('script layouts', () => {
   });
 
   it('generates Lua that reads every declared field by name and replies with every reply field', () => {
-    for (const layout of [CONSUME_LAYOUT, REFUND_LAYOUT, RAISE_FIXED_WINDOW_LAYOUT]) {
+    for (const layout of [CONSUME_LAYOUT, REFUND_LAYOUT, RAISE_LAYOUT]) {
       const { head, rule, reply } = layout.declaration as LayoutDeclaration;
       for (const name of [...declaredNames(head), ...declaredNames(rule)]) {
         expect(layout.lua, `${layout.name}: ${name}`).toMatch(new RegExp(`\\b${name} = (tonumber\\()?(KEYS|ARGV)\\[`));
@@ -151,7 +151,7 @@ describe('script layouts', () => {
     for (const [layout, script] of [
       ...variants.map((hits) => [CONSUME_LAYOUT, CONSUME_SCRIPTS.for(hits)] as const),
       ...variants.map((hits) => [REFUND_LAYOUT, REFUND_SCRIPTS.for(hits)] as const),
-      [RAISE_FIXED_WINDOW_LAYOUT, RAISE_FIXED_WINDOW_SCRIPT] as const,
+      ...variants.map((hits) => [RAISE_LAYOUT, RAISE_SCRIPTS.for(hits)] as const),
     ]) {
       expect(script.source).toContain(layout.lua);
       expect(script.source.replace(layout.lua, ''), script.name).not.toMatch(/\b(KEYS|ARGV)\s*\[/);
@@ -189,8 +189,17 @@ describe('script layouts', () => {
       rules: { allowed: boolean; remaining: number; reset: number; provisional: boolean; repaired: boolean }[];
     }>();
     expectTypeOf(REFUND_LAYOUT.encode).parameter(0).toEqualTypeOf<{ at: number; nonce: string }>();
-    expectTypeOf(RAISE_FIXED_WINDOW_LAYOUT.encode)
-      .parameter(0)
-      .toEqualTypeOf<{ key: string; start: number; window: number; figure: number }>();
+    expectTypeOf(RAISE_LAYOUT.encode).parameter(0).toEqualTypeOf<{
+      key: string;
+      alg: string;
+      limit: number;
+      window: number;
+      cost: number;
+      burst: number;
+      now: number;
+      start: number;
+      figure: number;
+      admissions: string;
+    }>();
   });
 });

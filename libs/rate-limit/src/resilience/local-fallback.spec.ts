@@ -30,28 +30,29 @@ const admitted = (fallback: LocalFallback, request: RateLimitHit, n: number, now
 const fallbackFor = (instances: number | undefined, expectedInstances = 2) =>
   new LocalFallback({ instances: () => instances, expectedInstances, maxKeys: 100 });
 
-describe('LocalFallback: each instance takes its share of the limit, at most 1.2x in all', () => {
-  it('of a window Redis never reported on: limit / instances counted on Redis, rounded up within 1.2x', () => {
-    expect(admitted(fallbackFor(3), hit('a'), 10, 0)).toBe(2); // 5 / 3 up: 2 each, 6 in all = 1.2 x 5
+describe('LocalFallback: each instance takes its share of the limit, at most 1.05x in all', () => {
+  it('of a window Redis never reported on: limit / instances counted on Redis, rounded up within 1.05x', () => {
+    expect(admitted(fallbackFor(3), hit('a', 100), 50, 0)).toBe(34); // 100 / 3 up: 102 in all
     expect(admitted(fallbackFor(1), hit('a'), 10, 0)).toBe(5); // one instance: exactly the limit
-    expect(admitted(fallbackFor(3), hit('a', 100), 50, 0)).toBe(34); // 102 in all
+    // Up would be 2 each, 6 in all: past 1.05 x 5. Down: 1 each.
+    expect(admitted(fallbackFor(3), hit('a'), 10, 0)).toBe(1);
   });
 
   it('assumes expectedInstances while the instances are not counted', () => {
-    expect(admitted(fallbackFor(undefined, 2), hit('a'), 10, 0)).toBe(3);
-    expect(admitted(fallbackFor(undefined, 4), hit('a', 10), 20, 0)).toBe(3);
+    expect(admitted(fallbackFor(undefined, 2), hit('a', 30), 20, 0)).toBe(15);
+    expect(admitted(fallbackFor(undefined, 4), hit('a', 30), 20, 0)).toBe(7); // 8 each would be 32
   });
 
-  it('admits nothing locally where one unit each would pass 1.2x the limit', () => {
-    expect(admitted(fallbackFor(3), hit('a', 2), 5, 0)).toBe(0); // 2.4 / 3
+  it('admits nothing locally where one unit each would pass 1.05x the limit', () => {
+    expect(admitted(fallbackFor(3), hit('a', 2), 5, 0)).toBe(0); // 2.1 / 3
   });
 
   it('of what Redis last said was left in the window, for the rest of it, then afresh', () => {
     const fallback = fallbackFor(3);
-    fallback.remember([hit('a')], answer(5, 3, 800), 200); // window ends at 1,000
-    expect(admitted(fallback, hit('a'), 5, 300)).toBe(1); // (6 - 3) / 3
-    expect(admitted(fallback, hit('a'), 5, 900)).toBe(0);
-    expect(admitted(fallback, hit('a'), 5, 1_000)).toBe(2); // a window Redis has not reported on
+    fallback.remember([hit('a', 30)], answer(30, 15, 800), 200); // window ends at 1,000
+    expect(admitted(fallback, hit('a', 30), 10, 300)).toBe(5); // (30 - 15) / 3
+    expect(admitted(fallback, hit('a', 30), 10, 900)).toBe(0);
+    expect(admitted(fallback, hit('a', 30), 20, 1_000)).toBe(10); // a window Redis has not reported on
   });
 
   it('learns from late answers, keeping the highest count of a window', () => {
@@ -64,25 +65,25 @@ describe('LocalFallback: each instance takes its share of the limit, at most 1.2
   it("keeps what it admitted in a window it guessed when Redis's own, found later, overlaps it", () => {
     const fallback = fallbackFor(3);
     // Redis stalled: the first decision starts a window here at 100 (to 1,100)...
-    expect(admitted(fallback, hit('a'), 5, 100)).toBe(2);
-    // ...and Redis ran the late calls at 400: its window ends at 1,400, one counted.
-    fallback.remember([hit('a')], answer(5, 1, 1_000), 400);
-    // (6 - 1) / 3 = 1, and 2 were admitted here in that second already.
-    expect(admitted(fallback, hit('a'), 5, 500)).toBe(0);
+    expect(admitted(fallback, hit('a', 30), 20, 100)).toBe(10);
+    // ...and Redis ran the late calls at 400: its window ends at 1,400, six counted.
+    fallback.remember([hit('a', 30)], answer(30, 6, 1_000), 400);
+    // (30 - 6) / 3 = 8, and 10 were admitted here in that second already.
+    expect(admitted(fallback, hit('a', 30), 5, 500)).toBe(0);
   });
 
   it('starts afresh in a window of Redis that begins after the guessed one', () => {
     const fallback = fallbackFor(3);
-    expect(admitted(fallback, hit('a'), 5, 0)).toBe(2); // guessed: 0 to 1,000
-    fallback.remember([hit('a')], answer(5, 0, 1_000), 1_050); // Redis's: 1,050 to 2,050
-    expect(admitted(fallback, hit('a'), 5, 1_100)).toBe(2);
+    expect(admitted(fallback, hit('a', 30), 20, 0)).toBe(10); // guessed: 0 to 1,000
+    fallback.remember([hit('a', 30)], answer(30, 0, 1_000), 1_050); // Redis's: 1,050 to 2,050
+    expect(admitted(fallback, hit('a', 30), 20, 1_100)).toBe(10);
   });
 
   it('decides all rules of a request or none', () => {
     const fallback = fallbackFor(1);
     const tight = hit('tight', 1);
     const loose = hit('loose', 10);
-    expect(fallback.consume([tight, loose], 0, true).allowed).toBe(true); // 1.2 x 1: 1
+    expect(fallback.consume([tight, loose], 0, true).allowed).toBe(true); // 1.05 x 1: 1
     const refused = fallback.consume([tight, loose], 0, true);
     expect(refused.allowed).toBe(false);
     expect(refused.decisions.map((decision) => decision.allowed)).toEqual([false, true]);
@@ -96,12 +97,35 @@ describe('LocalFallback: each instance takes its share of the limit, at most 1.2
     admitted(fallback, hit('unsent'), 3, 0, true);
     const pending = fallback.takePending(10);
     expect(pending.map((units) => [units.hit.key, units.hit.cost, units.until])).toEqual([['unsent', 3, 1_000]]);
-    expect(fallback.hasPending).toBe(false);
+    expect(fallback.hasPendingIn(new Set(['']))).toBe(false);
     fallback.putBack(pending);
     expect(fallback.takePending(10).map((units) => units.hit.cost)).toEqual([3]);
     // Units of a window that is over are not recorded.
     admitted(fallback, hit('late'), 1, 0, true);
     expect(fallback.takePending(1_000)).toEqual([]);
+  });
+
+  it("records a shard's units once that shard answers, the others' later", () => {
+    const fallback = new LocalFallback({
+      expectedInstances: 1,
+      maxKeys: 100,
+      shardOf: (key) => key.slice(0, 1),
+    });
+    admitted(fallback, hit('a1'), 2, 0);
+    admitted(fallback, hit('b1'), 1, 0);
+    admitted(fallback, hit('b2'), 1, 0);
+    expect(fallback.hasPendingIn(new Set(['c']))).toBe(false);
+    const taken = fallback.takePending(10, new Set(['b'])).map((units) => [units.hit.key, units.hit.cost]);
+    expect(taken.sort()).toEqual([
+      ['b1', 1],
+      ['b2', 1],
+    ]);
+    expect(fallback.hasPendingIn(new Set(['b']))).toBe(false);
+    expect(fallback.hasPendingIn(new Set(['a', 'b']))).toBe(true);
+    expect(fallback.takePending(10, new Set(['a'])).map((units) => [units.hit.key, units.hit.cost])).toEqual([
+      ['a1', 2],
+    ]);
+    expect(fallback.hasPendingIn(new Set(['a']))).toBe(false);
   });
 
   it('shares only the margin above the limit for calls that may have reached Redis', () => {
@@ -127,7 +151,7 @@ describe('LocalFallback: penalties', () => {
   it('starts a blockFor penalty on a refusal here, which outlasts the window', () => {
     const fallback = fallbackFor(1);
     const login = { ...hit('login', 2, 1_000), blockMs: 60_000 };
-    expect(admitted(fallback, login, 5, 0)).toBe(2); // 1.2 x 2: 2
+    expect(admitted(fallback, login, 5, 0)).toBe(2); // 1.05 x 2: 2
     const refused = fallback.consume([login], 0, true);
     expect(refused.decisions[0].resetMs).toBe(60_000);
     expect(admitted(fallback, login, 1, 1_500)).toBe(0); // another window, still blocked

@@ -45,7 +45,9 @@ export class ResilientStore extends DecidingStore {
     private readonly options: ResilienceOptions,
   ) {
     super();
-    if (store.shared) this.fallback = new LocalFallback(options.localFallback);
+    if (store.shared) {
+      this.fallback = new LocalFallback({ shardOf: (key) => store.shardOf(key), ...options.localFallback });
+    }
   }
 
   get description(): string {
@@ -72,15 +74,47 @@ export class ResilientStore extends DecidingStore {
     return observer ? this.timed(observer, hits, now) : this.store.consume(hits, now);
   }
 
-  /** What the store answered, learned by the fallback; what it admitted meanwhile recorded. */
-  private learn(hits: readonly RateLimitHit[], consumption: RateLimitConsumption, now: number | undefined) {
-    if (this.fallback) {
-      this.fallback.remember(hits, consumption, now ?? Date.now());
-      if (this.fallback.hasPending && !this.recording) {
-        this.recording = this.recordFallbackUnits(now).finally(() => (this.recording = undefined));
+  /**
+   * What the store answered, learned by the fallback; what it admitted meanwhile for keys of the
+   * shards that answered, recorded.
+   */
+  private learn(
+    hits: readonly RateLimitHit[],
+    consumption: RateLimitConsumption,
+    now: number | undefined,
+  ): RateLimitConsumption {
+    const { fallback } = this;
+    if (fallback) {
+      const at = now ?? Date.now();
+      fallback.remember(hits, consumption, at);
+      if (consumption.allowed && !fallback.holdsShares(hits, at)) return this.refuseOverShare(consumption);
+      if (!this.recording) {
+        const shards = new Set(hits.map((hit) => fallback.shardOf(hit.key)));
+        if (fallback.hasPendingIn(shards)) {
+          this.recording = this.recordFallbackUnits(now, shards).finally(() => (this.recording = undefined));
+        }
       }
     }
     return consumption;
+  }
+
+  /**
+   * A request Redis admitted past this instance's share of a window its fallback decided: refused.
+   * What Redis counted of it stays counted, on the safe side: a refund would tell every instance the
+   * key's count fell (`watchLiftedKeys`), and each would forget what it saw of the window, the shares
+   * held and the figures the lost-write check compares, just when they matter.
+   */
+  private refuseOverShare(consumption: RateLimitConsumption): RateLimitConsumption {
+    return {
+      allowed: false,
+      decisions: consumption.decisions.map((decision) => ({
+        ...decision,
+        allowed: false,
+        remaining: 0,
+        resetMs: Math.max(decision.resetMs, 0),
+      })),
+      receipts: undefined,
+    };
   }
 
   private async timed(observer: StoreObserver, hits: readonly RateLimitHit[], now?: number) {
@@ -164,11 +198,13 @@ export class ResilientStore extends DecidingStore {
   }
 
   /**
-   * The store answers again: records in it what the fallback admitted meanwhile (for windows not
-   * over yet), so those requests count against the limit there too. Never throws.
+   * The store answers again on these shards: records there what the fallback admitted meanwhile
+   * (for windows not over yet), so those requests count against the limit there too. Units of other
+   * shards wait for theirs to answer: a call to a master still down would hold every request here
+   * behind it, and might never be told apart from one that ran. Never throws.
    */
-  private async recordFallbackUnits(now: number | undefined): Promise<void> {
-    const units = this.fallback!.takePending(now ?? Date.now());
+  private async recordFallbackUnits(now: number | undefined, shards: ReadonlySet<string>): Promise<void> {
+    const units = this.fallback!.takePending(now ?? Date.now(), shards);
     let i = 0;
     try {
       for (; i < units.length; i += 100) {

@@ -187,6 +187,14 @@ export abstract class RateLimitStore {
     return undefined;
   }
   /**
+   * The part of the store a key lives on: keys of one shard answer or fail together (on Redis
+   * Cluster, a hash slot). What a fallback admitted for a key is recorded once a call on its shard
+   * answers, never sent to one that may still be down. Default: one shard for every key.
+   */
+  shardOf(_key: string): string {
+    return '';
+  }
+  /**
    * A shared store: tells `watcher` of the state keys whose counts any instance lowered other than by
    * time (a reset, a refund), and whether such news reaches this instance now. Returns whether it
    * can; only then does the module keep refused keys in this instance (`blockCache`). Default false.

@@ -179,5 +179,21 @@ ALG['fixed-window'] = {
     if p.start >= 0 then return TTL_FIXED_WINDOW.refund(key, at, p) end
     return HASH_FIXED_WINDOW.refund(key, at, p)
   end,
+  -- Lost-write repair: the count of the window that started at \`p.start\` (either form), raised to
+  -- at least \`p.figure\`; never a window that began since. Whether it raised.
+  raise = function(key, now, p)
+    local kind = redis.call('TYPE', key).ok
+    local start, count
+    if kind == 'string' then
+      start, count = ttlWindowStart(key, p.window), tonumber(redis.call('GET', key))
+    elseif kind == 'hash' then
+      local st = readFields(key, FIXED_WINDOW)
+      start, count = st.start, st.count
+    end
+    if start ~= p.start or not count or count >= p.figure then return false end
+    if kind == 'string' then redis.call('SET', key, p.figure, 'KEEPTTL')
+    else redis.call('HSET', key, FIXED_WINDOW.count, fmt(p.figure)) end
+    return true
+  end,
 }
 `;

@@ -22,5 +22,14 @@ ALG['gcra'] = {
     local tat = num(read('GET', key))
     if tat then redis.call('SET', key, fmt(tat - p.cost * (p.window / p.limit)), 'KEEPTTL') end
   end,
+  -- Lost-write repair: \`p.figure\` units used at \`now\` put the arrival time at least that many
+  -- intervals ahead; it never moves back. Whether it raised.
+  raise = function(key, now, p)
+    local tat = now + p.figure * (p.window / p.limit)
+    local stored = num(read('GET', key))
+    if (stored and stored + ROUNDING_EPSILON >= tat) or tat <= now then return false end
+    redis.call('SET', key, fmt(tat), 'PX', math.ceil(tat - now) + GRACE_MS)
+    return true
+  end,
 }
 `;

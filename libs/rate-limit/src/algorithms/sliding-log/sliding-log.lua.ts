@@ -48,5 +48,21 @@ ALG['sliding-log'] = {
       end
     end
   end,
+  -- Lost-write repair: puts back the admissions an instance made (\`p.admissions\`, \`time:nonce:cost\`
+  -- separated by commas) that are still in the window, as their members: ZADD of a member present
+  -- changes nothing, so instances repairing at once never add up. Whether it added any.
+  raise = function(key, now, p)
+    local added, newest = 0, nil
+    for at, nonce, cost in string.gmatch(p.admissions, '(%d+):([^:,]+):(%d+)') do
+      at = tonumber(at)
+      if at > now - p.window then
+        for n = 1, tonumber(cost) do added = added + write('ZADD', key, at, at .. ':' .. nonce .. ':' .. n) end
+        newest = math.max(newest or at, at)
+      end
+    end
+    if added == 0 then return false end
+    redis.call('PEXPIRE', key, math.max(redis.call('PTTL', key), newest + p.window - now + GRACE_MS))
+    return true
+  end,
 }
 `;

@@ -7,18 +7,23 @@ import { SLIDING_WINDOW_FIELDS } from './fields.js';
  */
 export const SLIDING_WINDOW_LUA = `
 local SLIDING_WINDOW = ${luaStringTable(SLIDING_WINDOW_FIELDS)}
+-- The state at \`now\`: the current window's index, its count and the previous one's, and the
+-- weighted estimate of the units in the sliding window.
+local function slidingWindowState(key, now, W)
+  local index = math.floor(now / W)
+  local current, previous = 0, 0
+  local st = readFields(key, SLIDING_WINDOW)
+  if st.index and st.current and st.previous and st.window == W then
+    if st.index == index or st.index == index + 1 then index = st.index; current = st.current; previous = st.previous
+    elseif st.index == index - 1 then previous = st.current end
+  end
+  local elapsed = math.max(0, now - index * W)
+  return index, current, previous, (previous * (W - elapsed)) / W + current, elapsed
+end
 ALG['sliding-window'] = {
   check = function(key, now, p)
     local W = p.window
-    local index = math.floor(now / W)
-    local current, previous = 0, 0
-    local st = readFields(key, SLIDING_WINDOW)
-    if st.index and st.current and st.previous and st.window == W then
-      if st.index == index or st.index == index + 1 then index = st.index; current = st.current; previous = st.previous
-      elseif st.index == index - 1 then previous = st.current end
-    end
-    local elapsed = math.max(0, now - index * W)
-    local estimate = (previous * (W - elapsed)) / W + current
+    local index, current, previous, estimate, elapsed = slidingWindowState(key, now, W)
     local allowed = estimate + p.cost <= p.limit + ROUNDING_EPSILON
     local used, after = estimate, current
     if allowed then used = estimate + p.cost; after = current + p.cost end
@@ -52,6 +57,17 @@ ALG['sliding-window'] = {
     elseif st.index == index + 1 then
       redis.call('HSET', key, SLIDING_WINDOW.previous, fmt(math.max(0, st.previous - p.cost)))
     end
+  end,
+  -- Lost-write repair: the estimate at \`now\` raised to at least \`p.figure\`, the shortfall added to
+  -- the current window's count. Whether it raised.
+  raise = function(key, now, p)
+    local W = p.window
+    local index, current, previous, estimate = slidingWindowState(key, now, W)
+    if estimate + ROUNDING_EPSILON >= p.figure then return false end
+    redis.call('HSET', key, SLIDING_WINDOW.window, fmt(W), SLIDING_WINDOW.index, fmt(index),
+               SLIDING_WINDOW.current, fmt(current + p.figure - estimate), SLIDING_WINDOW.previous, fmt(previous))
+    redis.call('PEXPIRE', key, math.max(redis.call('PTTL', key), (index + 2) * W - now + GRACE_MS))
+    return true
   end,
 }
 `;
