@@ -128,6 +128,46 @@ describe('LocalFallback: each instance takes its share of the limit, at most 1.0
     expect(fallback.hasPendingIn(new Set(['a']))).toBe(false);
   });
 
+  it('counts what the other instances admitted since it last heard, at their rate, until the failed call went out', () => {
+    const fallback = fallbackFor(3);
+    // The key grew from 10 to 16 over 300 ms as this instance heard it: 0.02 units per ms in all.
+    fallback.remember([hit('a', 30)], answer(30, 10, 1_000), 0);
+    fallback.remember([hit('a', 30)], answer(30, 16, 700), 300);
+    // The failed call went out 300 ms later: the two others admitted 2/3 of 6 meanwhile, 4.
+    // (30 - 20) / 3 up is 4, past 1.05x: 3 each.
+    expect(fallback.consume([hit('a', 30)], 900, true, false, 600).decisions[0].remaining).toBe(2);
+    // Not told when the call went out: until the decision, 0.02 x 600 x 2/3 = 8, 24 used, 2 each.
+    const unknown = fallbackFor(3);
+    unknown.remember([hit('a', 30)], answer(30, 10, 1_000), 0);
+    unknown.remember([hit('a', 30)], answer(30, 16, 700), 300);
+    expect(admitted(unknown, hit('a', 30), 5, 900)).toBe(2);
+    // A lone instance heard every admission: nothing to add.
+    const lone = fallbackFor(1);
+    lone.remember([hit('a', 30)], answer(30, 10, 1_000), 0);
+    lone.remember([hit('a', 30)], answer(30, 16, 700), 300);
+    expect(admitted(lone, hit('a', 30), 20, 900)).toBe(14);
+  });
+
+  it('holds the share it took of a window until the window ends, Redis answering again or not', () => {
+    const fallback = fallbackFor(3);
+    fallback.remember([hit('a', 30)], answer(30, 15, 800), 200); // window ends at 1,000
+    expect(admitted(fallback, hit('a', 30), 10, 300)).toBe(5); // (30 - 15) / 3
+    // Redis is back, and admits: this instance has no share left in the window.
+    expect(fallback.holdsShares([hit('a', 30)], 400)).toBe(false);
+    // Another key, never decided here: nothing held.
+    expect(fallback.holdsShares([hit('b', 30)], 400)).toBe(true);
+    // The window over: nothing held.
+    expect(fallback.holdsShares([hit('a', 30)], 1_000)).toBe(true);
+  });
+
+  it('counts what Redis admits within a held share against it', () => {
+    const fallback = fallbackFor(3);
+    fallback.remember([hit('a', 30)], answer(30, 15, 800), 200);
+    expect(admitted(fallback, hit('a', 30), 2, 300)).toBe(2); // 2 of its 5
+    const redisAdmits = () => fallback.holdsShares([hit('a', 30)], 400);
+    expect([redisAdmits(), redisAdmits(), redisAdmits(), redisAdmits()]).toEqual([true, true, true, false]);
+  });
+
   it('shares only the margin above the limit for calls that may have reached Redis', () => {
     // Redis may be up and admitting the limit on time to other instances.
     expect(admitted(fallbackFor(1), hit('a', 5), 10, 0, false)).toBe(1); // 6 - 5

@@ -43,6 +43,12 @@ type LastSeen = {
   guessed: boolean;
   /** Until when a `blockFor` penalty started here refuses the key (0: none). */
   blockedUntil: number;
+  /** When this instance last heard of the window (its clock), and the first time, with the count then. */
+  at: number;
+  since: number;
+  sinceUsed: number;
+  /** Units per ms the key's count grew, all instances together, as this instance heard it (0: not known). */
+  rate: number;
   /**
    * The share of this window this instance took while Redis was out: it holds until the window
    * ends, Redis answering again or not (`holdsShares`).
@@ -126,7 +132,18 @@ export class LocalFallback {
       const used = committedUnits(hit, consumption, i);
       const seen = this.lastSeen.get(hit.key);
       if (!seen) {
-        this.lastSeen.set(hit.key, { used, limit: hit.limit, resetAt, admitted: 0, guessed: false, blockedUntil: 0 });
+        this.lastSeen.set(hit.key, {
+          used,
+          limit: hit.limit,
+          resetAt,
+          admitted: 0,
+          guessed: false,
+          blockedUntil: 0,
+          at: now,
+          since: now,
+          sinceUsed: used,
+          rate: 0,
+        });
         continue;
       }
       // In place: the entry is the key's, and `get` has made it the most recent.
@@ -137,6 +154,8 @@ export class LocalFallback {
         const same = hit.algorithm === 'fixed-window' && seen.limit === hit.limit;
         seen.used = same ? Math.max(used, seen.used) : used;
         seen.limit = hit.limit;
+        if (now > seen.since) seen.rate = Math.max(0, (seen.used - seen.sinceUsed) / (now - seen.since));
+        seen.at = Math.max(seen.at, now);
         continue;
       }
       // Another window. What this instance admitted in a window it guessed stays counted when the
@@ -149,6 +168,9 @@ export class LocalFallback {
       seen.limit = hit.limit;
       seen.resetAt = resetAt;
       seen.guessed = false;
+      // The rate carries over: the traffic is the same.
+      seen.at = seen.since = now;
+      seen.sinceUsed = used;
     }
   }
 
@@ -167,8 +189,16 @@ export class LocalFallback {
    *   its units too would count the request twice: it is recorded only while Redis seems down.
    * @param mayHaveRun the failure may have run in Redis (a call past its deadline, a connection
    *   dropped with calls written). Default: not `unsent`.
+   * @param sentAt when the failed call went out (default `now`): what Redis said before then is
+   *   behind by what the other instances admitted until then.
    */
-  consume(hits: readonly RateLimitHit[], now: number, unsent: boolean, mayHaveRun = !unsent): RateLimitConsumption {
+  consume(
+    hits: readonly RateLimitHit[],
+    now: number,
+    unsent: boolean,
+    mayHaveRun = !unsent,
+    sentAt = now,
+  ): RateLimitConsumption {
     const instances = Math.max(1, this.options.instances?.() ?? this.options.expectedInstances);
     const seemsDown = this.options.storeSeemsDown?.() ?? false;
     const redisMayBeUp = mayHaveRun && !seemsDown;
@@ -190,6 +220,10 @@ export class LocalFallback {
         admitted: 0,
         guessed: true,
         blockedUntil,
+        at: now,
+        since: now,
+        sinceUsed: 0,
+        rate: 0,
       };
       this.lastSeen.set(hit.key, guessed);
       return guessed;
@@ -204,11 +238,21 @@ export class LocalFallback {
       if (redisMayBeUp) {
         return Math.max(0, Math.floor((SLOW_REDIS_BOUND * hit.limit - Math.max(used, hit.limit)) / instances));
       }
+      const window = windows[i];
+      // The count this instance last heard is behind by what the others admitted since, until the
+      // failed call went out: at the window's first local decision, taken as their part of the
+      // key's rate over that time.
+      if (window.held === undefined && instances > 1 && window.rate > 0) {
+        const others = (window.rate * Math.max(0, Math.min(now, sentAt) - window.at) * (instances - 1)) / instances;
+        window.used = Math.max(window.used, Math.min(hit.limit, window.used + Math.round(others)));
+      }
       // Each instance's part of what is left, rounded up, but never past the bound in all: at most
       // min(limit + instances − 1, 1.05 × limit).
-      const part = Math.ceil((hit.limit - used) / instances);
-      const share = Math.max(0, Math.min(part, Math.floor((LOCAL_FALLBACK_BOUND * hit.limit - used) / instances)));
-      const window = windows[i];
+      const part = Math.ceil((hit.limit - window.used) / instances);
+      const share = Math.max(
+        0,
+        Math.min(part, Math.floor((LOCAL_FALLBACK_BOUND * hit.limit - window.used) / instances)),
+      );
       window.held = Math.min(window.held ?? share, share);
       this.heldUntil = Math.max(this.heldUntil, window.resetAt);
       return share;

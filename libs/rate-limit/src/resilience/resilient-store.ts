@@ -59,9 +59,10 @@ export class ResilientStore extends DecidingStore {
     // Right after an outage: what the fallback admitted is recorded first, so no call decides
     // without it (a window's count would start over, and admit the limit again).
     if (this.recording) return this.recording.then(() => this.consume(hits, rules, now));
+    const sentAt = now ?? Date.now();
     return this.call(hits, now).then(
       (consumption) => this.learn(hits, consumption, now),
-      (error: unknown) => this.decideFailed(hits, rules, error, now),
+      (error: unknown) => this.decide(hits, rules, error, now, this.store.neverReached(error), sentAt),
     );
   }
 
@@ -155,12 +156,24 @@ export class ResilientStore extends DecidingStore {
    * @param unsent whether the request never reached the store (what the fallback admits is then
    *   recorded in it later); by default, what the store says of the error.
    */
-  async decideFailed(
+  decideFailed(
     hits: readonly RateLimitHit[],
     rules: readonly HitHandling[],
     error: unknown,
     given: number | undefined,
     unsent = this.store.neverReached(error),
+  ): Promise<ResilientConsumption> {
+    return this.decide(hits, rules, error, given, unsent, undefined);
+  }
+
+  /** `decideFailed`, knowing when the failed call went out (`sentAt`; undefined: not known). */
+  private async decide(
+    hits: readonly RateLimitHit[],
+    rules: readonly HitHandling[],
+    error: unknown,
+    given: number | undefined,
+    unsent: boolean,
+    sentAt: number | undefined,
   ): Promise<ResilientConsumption> {
     const now = given ?? Date.now();
     const policies = rules.map((rule) => rule.onStoreError ?? this.options.policy);
@@ -184,7 +197,9 @@ export class ResilientStore extends DecidingStore {
     // did not), tells whether Redis may be up: a call that may have run in it.
     const mayHaveRun = !this.store.neverReached(error);
     const local =
-      localHits.length > 0 && this.fallback ? this.fallback.consume(localHits, now, unsent, mayHaveRun) : undefined;
+      localHits.length > 0 && this.fallback
+        ? this.fallback.consume(localHits, now, unsent, mayHaveRun, sentAt)
+        : undefined;
     const allowed = !denied && (local?.allowed ?? true);
     const decisions = hits.map((hit, i): RateLimitDecision => {
       const localAt = localIndices.indexOf(i);
