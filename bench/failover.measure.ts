@@ -59,12 +59,22 @@ function worstWindow(admitted: readonly number[], epoch: number): { admitted: nu
     };
   }
   if (ALGORITHM === 'sliding-window') {
+    // Its promise at each admission: the previous aligned window's count, weighted by the part of it
+    // the sliding window still covers, plus the current one's, within the limit.
     const perWindow = new Map<number, number>();
+    let most = 0;
     for (const at of admitted) {
-      const index = Math.floor((epoch + at) / WINDOW_MS);
-      perWindow.set(index, (perWindow.get(index) ?? 0) + 1);
+      const time = epoch + at;
+      const index = Math.floor(time / WINDOW_MS);
+      const current = (perWindow.get(index) ?? 0) + 1;
+      perWindow.set(index, current);
+      const previous = perWindow.get(index - 1) ?? 0;
+      most = Math.max(most, (previous * (WINDOW_MS - (time - index * WINDOW_MS))) / WINDOW_MS + current);
     }
-    return { admitted: Math.max(...perWindow.values()), how: 'the most in one of its aligned windows' };
+    return {
+      admitted: Math.round(most),
+      how: 'its estimate at an admission: the previous aligned window weighted, plus the current',
+    };
   }
   let most = 0;
   for (let i = 0, j = 0; i < admitted.length; i += 1) {

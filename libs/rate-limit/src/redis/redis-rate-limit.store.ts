@@ -4,6 +4,7 @@ import {
   type RateLimitDecision,
   type RateLimitHit,
   type LiftedKeysWatcher,
+  type RateLimitRefund,
   type RateLimitSettlement,
   type RateLimitStanding,
   RateLimitStore,
@@ -238,7 +239,21 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     );
   }
 
+  /** Refunds that announce nothing (a lost-write refusal: `LostWriteRepairs.takeBack`). */
+  takeBack(refunds: readonly RateLimitRefund[]): Promise<void> {
+    return this.settleQuietly(refunds.map((refund) => ({ ...refund, refund: true })));
+  }
+
   async settle(settlements: readonly RateLimitSettlement[]): Promise<void> {
+    await this.settleQuietly(settlements);
+    // Counts taken back (a Cluster slot's after another refused) may admit again: every instance's
+    // block cache lets them go. (`countOn` rules are never cached.)
+    await this.redis.announceLifted(
+      settlements.flatMap(({ hit, refund }) => (refund && !hit.conditional ? [hit.key] : [])),
+    );
+  }
+
+  private async settleQuietly(settlements: readonly RateLimitSettlement[]): Promise<void> {
     // One call per slot and admission (a request's hits share one nonce; slots may differ in time).
     const byCall = new Map<string, RateLimitSettlement[]>();
     for (const settlement of settlements) {
@@ -254,11 +269,6 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
         const { keys, args } = encodeRefund(admittedAt, nonce, group);
         return this.scripts.run(REFUND_SCRIPTS.for(group.map(({ hit }) => hit)), keys, args);
       }),
-    );
-    // Counts taken back (a Cluster slot's after another refused, a lost-write refusal) may admit
-    // again: every instance's block cache lets them go. (`countOn` rules are never cached.)
-    await this.redis.announceLifted(
-      settlements.flatMap(({ hit, refund }) => (refund && !hit.conditional ? [hit.key] : [])),
     );
   }
 

@@ -160,6 +160,14 @@ describe('LocalFallback: each instance takes its share of the limit, at most 1.0
     expect(fallback.holdsShares([hit('a', 30)], 1_000)).toBe(true);
   });
 
+  it('holds a share for 10 s after its last local decision at most, however long the window', () => {
+    const fallback = fallbackFor(3);
+    fallback.remember([hit('a', 30, 3_600_000)], answer(30, 15, 3_600_000), 0); // an hour-long window
+    expect(admitted(fallback, hit('a', 30, 3_600_000), 10, 100)).toBe(5); // a blip at 100 ms
+    expect(fallback.holdsShares([hit('a', 30, 3_600_000)], 10_099)).toBe(false);
+    expect(fallback.holdsShares([hit('a', 30, 3_600_000)], 10_100)).toBe(true);
+  });
+
   it('counts what Redis admits within a held share against it', () => {
     const fallback = fallbackFor(3);
     fallback.remember([hit('a', 30)], answer(30, 15, 800), 200);

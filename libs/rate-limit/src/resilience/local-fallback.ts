@@ -29,6 +29,16 @@ export type PendingUnits = { hit: RateLimitHit; until: number; shard: string };
 const WINDOW_MATCH_MS = 50;
 
 /**
+ * How long after its last local decision a window holds the share this instance took of it
+ * (`holdsShares`): long enough for every instance to record what it admitted (each does at its
+ * first answer) and for lost writes to be caught; short of an hour-long window after a blip.
+ */
+export const SHARE_HOLD_MS = 10_000;
+
+/** A key's rate is trusted once heard over this long: two replies a ms apart say nothing of it. */
+const RATE_SPAN_MS = 100;
+
+/**
  * What Redis last said about a key: units used, under which limit (a changed limit changes the
  * count, not a loss), and when its window resets (on this instance's clock, read after the reply:
  * a stalled event loop delays it by the stall); `resetAt` stays as first seen for the whole window,
@@ -50,10 +60,13 @@ type LastSeen = {
   /** Units per ms the key's count grew, all instances together, as this instance heard it (0: not known). */
   rate: number;
   /**
-   * The share of this window this instance took while Redis was out: it holds until the window
-   * ends, Redis answering again or not (`holdsShares`).
+   * The share of this window this instance took while Redis was out: it holds, Redis answering
+   * again or not, until `heldUntil` (`holdsShares`).
    */
   held?: number;
+  heldUntil?: number;
+  /** What the other instances admitted since this one last heard, estimated at the first local decision. */
+  others?: number;
 };
 
 /**
@@ -95,9 +108,13 @@ export class LocalFallback {
     });
   }
 
+  /** Whether units admitted here wait to be recorded in the store. */
+  get hasPending(): boolean {
+    return this.pendingPerShard.size > 0;
+  }
+
   /** Whether units admitted here wait to be recorded in any of these shards of the store. */
   hasPendingIn(shards: ReadonlySet<string>): boolean {
-    if (this.pendingPerShard.size === 0) return false;
     for (const shard of shards) if (this.pendingPerShard.has(shard)) return true;
     return false;
   }
@@ -154,7 +171,8 @@ export class LocalFallback {
         const same = hit.algorithm === 'fixed-window' && seen.limit === hit.limit;
         seen.used = same ? Math.max(used, seen.used) : used;
         seen.limit = hit.limit;
-        if (now > seen.since) seen.rate = Math.max(0, (seen.used - seen.sinceUsed) / (now - seen.since));
+        if (now - seen.since >= RATE_SPAN_MS)
+          seen.rate = Math.max(0, (seen.used - seen.sinceUsed) / (now - seen.since));
         seen.at = Math.max(seen.at, now);
         continue;
       }
@@ -163,7 +181,7 @@ export class LocalFallback {
       // and the requests admitted meanwhile are of the same moment to their clients.
       const carried = seen.guessed && seen.resetAt > resetAt - hit.windowMs;
       seen.admitted = carried ? seen.admitted : 0;
-      if (!carried) seen.held = undefined;
+      if (!carried) seen.held = seen.others = undefined;
       seen.used = used;
       seen.limit = hit.limit;
       seen.resetAt = resetAt;
@@ -234,27 +252,26 @@ export class LocalFallback {
     // connection), or a Redis that leaves calls unanswered, is an outage every instance meets, and
     // what Redis last reported stands.
     const shares = hits.map((hit, i) => {
-      const { used } = windows[i];
+      const window = windows[i];
+      const { used } = window;
       if (redisMayBeUp) {
         return Math.max(0, Math.floor((SLOW_REDIS_BOUND * hit.limit - Math.max(used, hit.limit)) / instances));
       }
-      const window = windows[i];
       // The count this instance last heard is behind by what the others admitted since, until the
       // failed call went out: at the window's first local decision, taken as their part of the
       // key's rate over that time.
-      if (window.held === undefined && instances > 1 && window.rate > 0) {
-        const others = (window.rate * Math.max(0, Math.min(now, sentAt) - window.at) * (instances - 1)) / instances;
-        window.used = Math.max(window.used, Math.min(hit.limit, window.used + Math.round(others)));
+      if (window.others === undefined) {
+        const since = Math.max(0, Math.min(now, sentAt) - window.at);
+        window.others = instances > 1 ? Math.round((window.rate * since * (instances - 1)) / instances) : 0;
       }
+      const estimated = Math.max(used, Math.min(hit.limit, used + window.others));
       // Each instance's part of what is left, rounded up, but never past the bound in all: at most
       // min(limit + instances − 1, 1.05 × limit).
-      const part = Math.ceil((hit.limit - window.used) / instances);
-      const share = Math.max(
-        0,
-        Math.min(part, Math.floor((LOCAL_FALLBACK_BOUND * hit.limit - window.used) / instances)),
-      );
+      const part = Math.ceil((hit.limit - estimated) / instances);
+      const share = Math.max(0, Math.min(part, Math.floor((LOCAL_FALLBACK_BOUND * hit.limit - estimated) / instances)));
       window.held = Math.min(window.held ?? share, share);
-      this.heldUntil = Math.max(this.heldUntil, window.resetAt);
+      window.heldUntil = Math.min(window.resetAt, now + SHARE_HOLD_MS);
+      this.heldUntil = Math.max(this.heldUntil, window.heldUntil);
       return share;
     });
     const fits = hits.map((hit, i) => windows[i].blockedUntil <= now && windows[i].admitted + hit.cost <= shares[i]);
@@ -298,7 +315,7 @@ export class LocalFallback {
     if (now >= this.heldUntil) return true;
     const windows = hits.map((hit) => {
       const seen = this.lastSeen.get(hit.key);
-      return seen?.held !== undefined && seen.resetAt > now ? seen : undefined;
+      return seen?.held !== undefined && seen.resetAt > now && seen.heldUntil! > now ? seen : undefined;
     });
     if (!hits.every((hit, i) => !windows[i] || windows[i].admitted + hit.cost <= windows[i].held!)) return false;
     hits.forEach((hit, i) => {

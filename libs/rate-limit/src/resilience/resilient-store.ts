@@ -88,8 +88,8 @@ export class ResilientStore extends DecidingStore {
     if (fallback) {
       const at = now ?? Date.now();
       fallback.remember(hits, consumption, at);
-      if (consumption.allowed && !fallback.holdsShares(hits, at)) return this.refuseOverShare(consumption);
-      if (!this.recording) {
+      if (consumption.allowed && !fallback.holdsShares(hits, at)) return this.refuseOverShare(hits, consumption);
+      if (fallback.hasPending && !this.recording) {
         const shards = new Set(hits.map((hit) => fallback.shardOf(hit.key)));
         if (fallback.hasPendingIn(shards)) {
           this.recording = this.recordFallbackUnits(now, shards).finally(() => (this.recording = undefined));
@@ -103,9 +103,14 @@ export class ResilientStore extends DecidingStore {
    * A request Redis admitted past this instance's share of a window its fallback decided: refused.
    * What Redis counted of it stays counted, on the safe side: a refund would tell every instance the
    * key's count fell (`watchLiftedKeys`), and each would forget what it saw of the window, the shares
-   * held and the figures the lost-write check compares, just when they matter.
+   * held and the figures the lost-write check compares, just when they matter. Only a `countOn`
+   * rule's admission is ended (it announces nothing), or it would stay in flight for a window.
    */
-  private refuseOverShare(consumption: RateLimitConsumption): RateLimitConsumption {
+  private refuseOverShare(hits: readonly RateLimitHit[], consumption: RateLimitConsumption): RateLimitConsumption {
+    const inFlight = hits.flatMap((hit, i) =>
+      hit.conditional ? [{ hit, receipt: consumption.receipts![i], refund: true }] : [],
+    );
+    if (inFlight.length > 0) void this.store.settle(inFlight).catch(() => undefined);
     return {
       allowed: false,
       decisions: consumption.decisions.map((decision) => ({

@@ -62,6 +62,9 @@ ALG['sliding-window'] = {
   -- the current window's count. Whether it raised.
   raise = function(key, now, p)
     local W = p.window
+    -- A state already two windows on (a raise read late) is newer than the figure: left alone.
+    local stored = num(read('HGET', key, SLIDING_WINDOW.index))
+    if stored and stored > math.floor(now / W) + 1 then return false end
     local index, current, previous, estimate = slidingWindowState(key, now, W)
     if estimate + ROUNDING_EPSILON >= p.figure then return false end
     redis.call('HSET', key, SLIDING_WINDOW.window, fmt(W), SLIDING_WINDOW.index, fmt(index),

@@ -34,15 +34,14 @@ ALG['token-bucket'] = {
     local tokens = num(read('HGET', key, TOKEN_BUCKET.tokens))
     if tokens then redis.call('HSET', key, TOKEN_BUCKET.tokens, fmt(math.min(p.burst, tokens + p.cost))) end
   end,
-  -- Lost-write repair: at \`now\`, at most \`burst - p.figure\` tokens. Takes the shortfall off the
-  -- stored tokens (the state may hold later admissions), so a second raise to the same figure is a
-  -- no-op. Whether it raised.
+  -- Lost-write repair: at \`now\`, at most \`burst - p.figure\` tokens; a second raise to the same
+  -- figure is a no-op. Whether it raised.
   raise = function(key, now, p)
     local rate = p.limit / p.window
     local st = readFields(key, TOKEN_BUCKET)
-    local stored, tokens, refilledAt = p.burst, p.burst, now
+    local tokens, refilledAt = p.burst, now
     if st.tokens and st.refilledAt then
-      stored, refilledAt = st.tokens, math.max(now, st.refilledAt)
+      refilledAt = math.max(now, st.refilledAt)
       tokens = math.min(p.burst, st.tokens + math.max(0, now - st.refilledAt) * rate)
     end
     local excess = tokens - (p.burst - p.figure)

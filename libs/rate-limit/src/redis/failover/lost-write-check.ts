@@ -1,5 +1,6 @@
 import { LRUCache } from 'lru-cache';
 import { ROUNDING_EPSILON } from '../../algorithms/algorithm.js';
+import { LOCAL_FALLBACK_BOUND } from '../../module/defaults.js';
 import type { StoreProblemLog } from '../../logging/store-problem-log.js';
 import {
   type RateLimitConsumption,
@@ -33,7 +34,12 @@ interface Seen {
 
 /** What the check needs of the Redis store to set a state right. */
 export interface LostWriteRepairs {
-  refund(refunds: readonly RateLimitRefund[]): Promise<void>;
+  /**
+   * Takes back a refused request's units, telling no other instance: its count is what it was
+   * before the request, which no block cache can have seen as full, and news of a lowered count
+   * would make every instance forget what it saw of the key, just when that matters.
+   */
+  takeBack(refunds: readonly RateLimitRefund[]): Promise<void>;
   /** Raises a rule's state at a key to at least what was seen (`RAISE_SCRIPTS`). */
   raise(raise: LostWriteRaise): Promise<void>;
 }
@@ -46,10 +52,12 @@ export interface DecisionTimes {
 
 /**
  * How fast a sliding window's estimate may fall: the previous window's count per window. That count
- * is at most the limit, or the local fallback's ceiling above it (`LocalFallback`, 1.2x) when units
- * it admitted were recorded; a faster fall than this is a loss.
+ * is at most the limit, or the local fallback's bound in an outage (1.05x) when the units it admitted
+ * were recorded; a faster fall than this is a loss. (After a slow Redis, whose margin reaches 1.2x,
+ * a count above 1.05x may read as a loss of up to 15% of it: the next window refuses a little early.
+ * A looser bound missed the loss of a real failover: with 1.2, 6 units of 100.)
  */
-const SLIDING_WINDOW_FALL_PER_LIMIT = 1.2;
+const SLIDING_WINDOW_FALL_PER_LIMIT = LOCAL_FALLBACK_BOUND;
 
 /** A sliding log's admissions remembered per key at most (the oldest go first: a weaker check, never a wrong one). */
 const MAX_OWN_ADMISSIONS = 1_000;
@@ -64,7 +72,7 @@ const MAX_OWN_ADMISSIONS = 1_000;
  * reply misleads nothing):
  * - fixed window: the count seen in the same window (a count never falls within its window);
  * - token bucket, GCRA: the units seen used, less what refills since (limit per window);
- * - sliding window: the estimate seen, less at most 1.2 limits per window since;
+ * - sliding window: the estimate seen, less at most 1.05 limits per window since;
  * - sliding log: this instance's own admissions still in the window (its members expire one by
  *   one, so nothing less tells; each instance puts back its own).
  *
@@ -103,6 +111,8 @@ export class LostWriteCheck {
       const windowStart = times.windowStarts[i];
       const seen = this.seen.get(hit.key);
       if (!seen || seen.rule !== ruleOf(hit)) return decision;
+      // A recorded unit's reply past the limit reads 0 left, counting the unit or not: nothing to tell.
+      if (recorded && decision.remaining === 0) return decision;
       const least = leastHeld(seen, hit, at, windowStart);
       if (least === undefined) return decision;
       const figure = least + (consumption.allowed ? hit.cost : 0);
@@ -141,7 +151,7 @@ export class LostWriteCheck {
       };
     }
     try {
-      if (refused) await repairs.refund(hits.map((hit, i) => ({ hit, receipt: consumption.receipts![i] })));
+      if (refused) await repairs.takeBack(hits.map((hit, i) => ({ hit, receipt: consumption.receipts![i] })));
       for (const raise of raises) await repairs.raise(raise);
     } catch {
       // Best effort: the decision stands either way.
