@@ -22,7 +22,12 @@ export type {
   RateLimitCost,
   RateLimitCountOn,
   RateLimitMode,
+  RateLimitSkipIf,
+  RateLimitTier,
+  RateLimitTierResolver,
 } from './rules/rate-limit-rule.js';
+export type { RateLimitAllowList } from './rules/allow-list.js';
+export type { RateLimitDefaultRule } from './rules/default-rules.js';
 export { RateLimitConfigurationError } from './rules/rate-limit-rule.js';
 export type { Duration } from './rules/duration.js';
 export type { RateLimitAlgorithmName } from './algorithms/algorithm.js';
@@ -40,7 +45,12 @@ export {
 // Deciding, in HTTP and outside it.
 export { RateLimiterService } from './limiter/rate-limiter.service.js';
 export type { RateLimitRuleRef } from './rules/rate-limit-rule.registry.js';
-export type { RateLimitOutcome, RuleDecision, ConditionalUnits } from './limiter/rate-limit-outcome.js';
+export type {
+  RateLimitOutcome,
+  RuleDecision,
+  ConditionalUnits,
+  RateLimitNearLimitEvent,
+} from './limiter/rate-limit-outcome.js';
 export type { RateLimitInspection } from './limiter/rate-limit-inspection.js';
 
 // Redis: the error of a call past its deadline, the `redis` option from the environment.

@@ -12,9 +12,10 @@ import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from './metadata-keys.js';
  * the same `name`, in which case the handler's rule replaces the class's for that handler.
  * Values are checked at bootstrap; a bad one stops the app with an error naming the route and field.
  *
- * A rule whose `by` is a function is decided after the app's guards (an authentication guard has
- * set `req.user` by then): `@RateLimit` adds `RateLimitInterceptor` to its handler or controller
- * for that. Every other rule is decided by `RateLimitGuard`, before the app's own guards.
+ * A rule that reads the request through a function (`by`, `tier` or `skipIf`) is decided after the
+ * app's guards (an authentication guard has set `req.user` by then): `@RateLimit` adds
+ * `RateLimitInterceptor` to its handler or controller for that. Every other rule is decided by
+ * `RateLimitGuard`, before the app's own guards.
  *
  * @example
  * ```ts
@@ -40,7 +41,8 @@ export function RateLimit(
     // Decorators apply bottom-up; keep the order in which they are written.
     Reflect.defineMetadata(RATE_LIMIT_RULES, [options, ...existing], holder);
     const interceptors: unknown[] = Reflect.getOwnMetadata(INTERCEPTORS_METADATA, holder) ?? [];
-    if (typeof options.by === 'function' && !interceptors.includes(RateLimitInterceptor)) {
+    const afterGuards = typeof options.by === 'function' || options.tier !== undefined || options.skipIf !== undefined;
+    if (afterGuards && !interceptors.includes(RateLimitInterceptor)) {
       if (descriptor) UseInterceptors(RateLimitInterceptor)(target, key!, descriptor);
       else UseInterceptors(RateLimitInterceptor)(target as () => void);
     }

@@ -5,7 +5,9 @@ import { parseLimitSettings, ruleWithSettings } from '../rules/limit-settings.js
 import { RateLimitConfigurationError, type RateLimitMode, type RateLimitRule } from '../rules/rate-limit-rule.js';
 import { ANONYMOUS_IDENTITY, ruleStateKey } from '../store/key-layout.js';
 import type { RateLimitHit } from '../store/rate-limit-store.js';
-import { clientAddressIdentity, clientOf } from '../transports/limited-context.js';
+import { clientAddressIdentity, clientOf, userAgentOf } from '../transports/limited-context.js';
+import type { AllowList } from '../rules/allow-list.js';
+import { type ExemptionProblems, skips } from './exemptions.js';
 
 /** nginx's status for a client that closed the connection first; nobody receives it, logs show it. */
 const CLIENT_CLOSED = 499;
@@ -33,8 +35,70 @@ export class HitPreparation {
     private readonly keyPrefix: string,
     private readonly ipv6PrefixBits: number,
     moduleMode: RateLimitMode,
+    private readonly problems: ExemptionProblems,
   ) {
     this.thresholds = new RuleThresholds(configCentre, moduleMode);
+  }
+
+  /**
+   * Whether a request must take `forRequestExempting`: its rule has a `skipIf`, tiers or an allow
+   * list in force, or the module allows identities. Nearly every rule has none of them.
+   */
+  exempting(rule: RateLimitRule, thresholds: Thresholds, moduleList: AllowList | undefined): boolean {
+    return (
+      rule.skipIf !== undefined ||
+      rule.tiers !== undefined ||
+      thresholds.allow !== undefined ||
+      moduleList?.readsIdentities === true
+    );
+  }
+
+  /**
+   * `forRequest` for a rule that may let the request through or count it under a tier: null when it
+   * does not count it (its `skipIf` skips it; its allow list, or the module's for identities, has
+   * the request's address, user agent or identity).
+   */
+  async forRequestExempting(
+    rule: RateLimitRule,
+    thresholds: Thresholds,
+    context: ExecutionContext,
+    moduleList: AllowList | undefined,
+  ): Promise<PreparedRule | null> {
+    if (rule.skipIf && (await skips(rule.skipIf, context, ruleSubject(rule), this.problems))) {
+      return null;
+    }
+    let counted = rule;
+    let inForce = thresholds;
+    if (rule.tiers) {
+      counted = await this.tierOf(rule, context);
+      if (counted !== rule) {
+        inForce = this.thresholds.resolve(counted);
+        if (inForce.mode === 'off') return null;
+      }
+    }
+    const { allow } = inForce;
+    if (
+      allow?.readsRequest &&
+      (allow.allowsAddress(clientOf(context).address) || allow.allowsUserAgent(userAgentOf(context)))
+    ) {
+      return null;
+    }
+    const prepared = await this.forRequest(counted, inForce, context);
+    if (allow?.allowsIdentity(prepared.identity) || moduleList?.allowsIdentity(prepared.identity)) return null;
+    return prepared;
+  }
+
+  /** The rule of the tier a request is counted under: its `tier` resolver's, else the rule's own. */
+  private async tierOf(rule: RateLimitRule, context: ExecutionContext): Promise<RateLimitRule> {
+    const name: unknown = await rule.tier!(context);
+    if (name === undefined || name === null || name === '') return rule;
+    const tier = typeof name === 'string' ? rule.tiers!.get(name) : undefined;
+    if (tier) return tier;
+    this.warnings.once(
+      `tier:${rule.declaredOn}:${rule.name}:${String(name).slice(0, 40)}`,
+      `@RateLimit on ${rule.declaredOn}: 'tier' returned ${describeValue(name)}, which is not one of its tiers (${[...rule.tiers!.keys()].join(', ')}); such requests get the rule's own count (${rule.count} per ${rule.windowMs} ms)`,
+    );
+    return rule;
   }
 
   /**
@@ -167,6 +231,8 @@ export interface Thresholds {
   mode: RateLimitMode;
   /** token-bucket and gcra: capacity (the rule's `burst`, else `count`). */
   burst: number;
+  /** Requests the rule does not count: its `allow`, or the config centre's. */
+  allow: AllowList | undefined;
 }
 
 /**
@@ -184,7 +250,7 @@ export class RuleThresholds {
   private readonly overridden = new WeakMap<RateLimitRule, { override: RateLimitOverride; thresholds: Thresholds }>();
 
   constructor(
-    private readonly centre: RateLimitConfigCentre,
+    private readonly centre: Pick<RateLimitConfigCentre, 'get'>,
     private readonly moduleMode: RateLimitMode,
   ) {}
 
@@ -251,6 +317,7 @@ export class RuleThresholds {
       algorithm: rule.algorithm,
       mode: rule.mode ?? this.moduleMode,
       burst: rule.burst ?? rule.count,
+      allow: rule.allow,
     };
   }
 }
@@ -267,6 +334,13 @@ class Warnings {
     this.said.add(id);
     this.logger.warn(message);
   }
+}
+
+/** How messages name a rule: where it is declared, and its name where that says more. */
+function ruleSubject(rule: RateLimitRule): string {
+  return rule.name === rule.declaredOn
+    ? `@RateLimit on ${rule.declaredOn}`
+    : `@RateLimit on ${rule.declaredOn} (rule '${rule.name}')`;
 }
 
 function describe(rule: RateLimitRule): string {

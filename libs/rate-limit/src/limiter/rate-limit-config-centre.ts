@@ -1,3 +1,5 @@
+import type { IdentityControls } from './identity-controls.js';
+
 /**
  * Run-time values for the rules of one `configKey`. Values may be numbers or strings (as env files
  * and remote config stores carry them); they are validated on use, and an invalid one is ignored.
@@ -11,6 +13,12 @@ export interface RateLimitOverride {
   algorithm?: unknown;
   /** `'enforce'`, `'shadow'` or `'off'`. */
   mode?: unknown;
+  /**
+   * Requests the rules of the key do not count, replacing their `allow` (`{}`: none):
+   * `{ addresses, identities, userAgents }`, as an object or its JSON. For the module's
+   * `allow.configKey`, the module-wide list.
+   */
+  allow?: unknown;
 }
 
 /**
@@ -35,4 +43,12 @@ export interface RateLimitOverride {
  */
 export abstract class RateLimitConfigCentre {
   abstract get(configKey: string): RateLimitOverride | undefined;
+
+  /**
+   * Bans and per-identity overrides, for a centre that holds them (the live ones); default none.
+   * @internal
+   */
+  identityControls(): IdentityControls | undefined {
+    return undefined;
+  }
 }

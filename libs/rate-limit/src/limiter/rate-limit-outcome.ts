@@ -26,6 +26,18 @@ export interface RuleDecision extends RateLimitDecision {
    * `allowed: false` is a would-be rejection. Shadowed rules send no headers.
    */
   mode: RateLimitMode;
+  /** Set when this admission took the identity's use to the rule's `nearLimit` share or past it. */
+  nearLimit?: true;
+}
+
+/** What `onNearLimit` is told: a rule's `nearLimit` share crossed by an identity's admission. */
+export interface RateLimitNearLimitEvent {
+  rule: string;
+  identity: string;
+  limit: number;
+  remaining: number;
+  /** Until the window (or bucket) is full again, in ms. */
+  resetMs: number;
 }
 
 /** What the limiter decided for a request. */

@@ -18,14 +18,17 @@ import { LeasingStore } from '../resilience/leasing.store.js';
 import { RateLimitRuleRegistry, type RateLimitRuleRef } from '../rules/rate-limit-rule.registry.js';
 import { RateLimitConfigurationError, type RateLimitRule } from '../rules/rate-limit-rule.js';
 import { type RateLimitHit, capacityOf } from '../store/rate-limit-store.js';
+import type { AllowList } from '../rules/allow-list.js';
 import type { RateLimitInspection } from './rate-limit-inspection.js';
 import { CountOnWaits } from './count-on-waits.js';
 import { consumeEnforced } from './shadow-rules.js';
 import { clientOf } from '../transports/limited-context.js';
 import { HitPreparation, type PreparedRule } from './prepare-hits.js';
+import { ExemptionProblems, ModuleExemptions } from './exemptions.js';
 import {
   type ConditionalUnits,
   type RateLimitOutcome,
+  type RateLimitNearLimitEvent,
   type RuleDecision,
   rateLimitOutcome,
 } from './rate-limit-outcome.js';
@@ -41,6 +44,11 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   private readonly hits: HitPreparation;
   private readonly rejections: SampledLogger | undefined;
   private readonly countOn: CountOnWaits;
+  private readonly exemptionProblems = new ExemptionProblems();
+  /** The module's `onNearLimit`, wrapped so that it never throws into a request. */
+  private readonly onNearLimit: ((event: RateLimitNearLimitEvent) => void) | undefined;
+  /** The module's `allow` and `skipIf`; none when neither is given, and nothing is asked per request. */
+  private readonly exemptions: ModuleExemptions | undefined;
 
   /** @internal Nest creates it; a subclass declares no constructor of its own. */
   constructor(
@@ -54,7 +62,35 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     @Optional() @Inject(LeasingStore) private readonly leasing: LeasingStore | null = null,
   ) {
     this.countOn = new CountOnWaits(options.countOn.inFlightWaitMs);
-    this.hits = new HitPreparation(configCentre, options.keyPrefix, options.ipv6PrefixBits, options.mode);
+    this.hits = new HitPreparation(
+      configCentre,
+      options.keyPrefix,
+      options.ipv6PrefixBits,
+      options.mode,
+      this.exemptionProblems,
+    );
+    const { onNearLimit } = options;
+    if (onNearLimit) {
+      this.onNearLimit = (event) => {
+        try {
+          const done = onNearLimit(event) as unknown;
+          if (done instanceof Promise)
+            done.catch((error: unknown) => this.exemptionProblems.hookFailed('onNearLimit', error));
+        } catch (error) {
+          this.exemptionProblems.hookFailed('onNearLimit', error);
+        }
+      };
+    }
+    const { allow, skipIf } = options;
+    if (allow || skipIf) {
+      this.exemptions = new ModuleExemptions(
+        allow?.list,
+        allow?.configKey,
+        skipIf,
+        configCentre,
+        this.exemptionProblems,
+      );
+    }
     const { logging } = options;
     if (logging) {
       this.rejections = new SampledLogger(this.logger, {
@@ -72,6 +108,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   onApplicationShutdown(): void {
     this.rejections?.close();
     this.problems.close();
+    this.exemptionProblems.close();
   }
 
   /**
@@ -79,14 +116,35 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
    * identity or cost resolver throws, e.g. a `BadRequestException` for a missing API key.
    */
   check(rules: readonly RateLimitRule[], context: ExecutionContext): Promise<RateLimitOutcome> {
-    const preparing: (PreparedRule | Promise<PreparedRule>)[] = [];
+    const { exemptions } = this;
+    if (!exemptions) return this.checkRules(rules, context, undefined);
+    let skipped: boolean | Promise<boolean>;
+    try {
+      skipped = exemptions.skipsRequest(context);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    if (skipped === true) return NOT_COUNTED;
+    if (skipped === false) return this.checkRules(rules, context, exemptions.list());
+    return skipped.then((skip) => (skip ? NOT_COUNTED : this.checkRules(rules, context, exemptions.list())));
+  }
+
+  /** @param moduleList the module's allow list in force, for the identities it allows. */
+  private checkRules(
+    rules: readonly RateLimitRule[],
+    context: ExecutionContext,
+    moduleList: AllowList | undefined,
+  ): Promise<RateLimitOutcome> {
+    const preparing: (PreparedRule | null | Promise<PreparedRule | null>)[] = [];
     let waits = false;
     try {
       for (const rule of rules) {
         const thresholds = this.hits.thresholdsOf(rule);
         // A rule turned off is not prepared either: its identity and cost resolvers do not run.
         if (thresholds.mode === 'off') continue;
-        const prepared = this.hits.forRequest(rule, thresholds, context);
+        const prepared = this.hits.exempting(rule, thresholds, moduleList)
+          ? this.hits.forRequestExempting(rule, thresholds, context, moduleList)
+          : this.hits.forRequest(rule, thresholds, context);
         if (prepared instanceof Promise) waits = true;
         preparing.push(prepared);
       }
@@ -94,7 +152,12 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       return Promise.reject(error);
     }
     if (!waits) return this.decide(preparing as PreparedRule[], context);
-    return Promise.all(preparing).then((prepared) => this.decide(prepared, context));
+    return Promise.all(preparing).then((prepared) =>
+      this.decide(
+        prepared.filter((rule): rule is PreparedRule => rule !== null),
+        context,
+      ),
+    );
   }
 
   /**
@@ -122,9 +185,14 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
           `RateLimiterService.consume: 'cost' must be a whole number >= 0, got ${cost}`,
         );
       }
+      const moduleList = this.exemptions?.list();
       for (const rule of resolved) {
         const thresholds = this.hits.thresholdsOf(rule);
-        if (thresholds.mode !== 'off') prepared.push(this.hits.forIdentity(rule, thresholds, identity, cost));
+        if (thresholds.mode === 'off') continue;
+        const hit = this.hits.forIdentity(rule, thresholds, identity, cost);
+        // Allowed identities are let through here as in HTTP (addresses and user agents are HTTP's).
+        if (thresholds.allow?.allowsIdentity(hit.identity) || moduleList?.allowsIdentity(hit.identity)) continue;
+        prepared.push(hit);
       }
     } catch (error) {
       return Promise.reject(error);
@@ -260,6 +328,10 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         mode: thresholds.mode,
       };
       if (provisional) decision.provisional = true;
+      if (rule.nearLimit !== undefined && consumption.allowed && !fallback && crossed(rule.nearLimit, decision)) {
+        decision.nearLimit = true;
+        this.onNearLimit?.({ rule: rule.name, identity, limit, remaining, resetMs });
+      }
       decisions.push(decision);
       if (!allowed && this.rejections && !fallback) this.logRejection(decision, hit);
       const receipt = receipts?.[i];
@@ -287,6 +359,19 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     return clock ? Math.floor(clock()) : undefined;
   }
 }
+
+/** Whether an admission took use (of `limit`) to the `share` or past it, from below it. */
+function crossed(share: number, { limit, remaining, cost }: RuleDecision): boolean {
+  const threshold = Math.ceil(share * limit);
+  const used = limit - remaining;
+  return used >= threshold && used - cost < threshold;
+}
+
+/**
+ * A request no rule counts: admitted, with nothing to report (no headers). One promise of one
+ * outcome for all of them; nothing reads an outcome to change it.
+ */
+const NOT_COUNTED = Promise.resolve(rateLimitOutcome([], true, []));
 
 /** The `conditional` of nearly every outcome: no rule with `countOn`. */
 const NO_CONDITIONAL_UNITS = Object.freeze([]) as unknown as ConditionalUnits[];

@@ -1,5 +1,7 @@
 import type { RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
 import { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
+import type { IdentityControls } from '../limiter/identity-controls.js';
+import type { IdentityEntries } from './identity-entries.js';
 
 /**
  * A config centre whose values can be written while the app runs (`RateLimitManagementService`,
@@ -14,8 +16,21 @@ export abstract class LiveConfigCentre extends RateLimitConfigCentre {
     { base: RateLimitOverride | undefined; written: RateLimitOverride; both: RateLimitOverride }
   >();
 
-  constructor(private readonly base?: RateLimitConfigCentre) {
+  /**
+   * @param identities the bans and per-identity overrides this centre keeps (written through
+   *   `RateLimitManagementService`), where the limits are.
+   */
+  constructor(
+    private readonly base: RateLimitConfigCentre | undefined,
+    /** @internal */
+    readonly identities: IdentityEntries,
+  ) {
     super();
+  }
+
+  /** @internal */
+  override identityControls(): IdentityControls {
+    return this.identities;
   }
 
   get(configKey: string): RateLimitOverride | undefined {

@@ -3,6 +3,8 @@ import type { ConfigService } from '@nestjs/config';
 import { APP_CONFIG_SERVICE } from './app-config.js';
 import { LiveConfigCentre } from './live-config-centre.js';
 import { NestConfigCentre } from './nest-config-centre.js';
+import { IdentityEntries } from './identity-entries.js';
+import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
 import type { RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
 
 /**
@@ -14,8 +16,14 @@ import type { RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
 export class MemoryConfigCentre extends LiveConfigCentre {
   private readonly values = new Map<string, RateLimitOverride>();
 
-  constructor(@Optional() @Inject(APP_CONFIG_SERVICE) config?: ConfigService | null) {
-    super(config ? new NestConfigCentre(config) : undefined);
+  constructor(
+    @Optional() @Inject(APP_CONFIG_SERVICE) config?: ConfigService | null,
+    @Optional() @Inject(RESOLVED_RATE_LIMIT_OPTIONS) options?: ResolvedRateLimitOptions | null,
+  ) {
+    super(
+      config ? new NestConfigCentre(config) : undefined,
+      new IdentityEntries(options?.keyPrefix ?? 'rl', options?.clock ?? Date.now),
+    );
   }
 
   protected current(configKey: string): RateLimitOverride | undefined {

@@ -10,10 +10,13 @@ import { RateLimitConfigCentre, type RateLimitOverride } from '../limiter/rate-l
  * - `limits.orders.list.count` / `limits.orders.list.window` (nested configuration, `ConfigService.set`), else
  * - `RATE_LIMIT_ORDERS_LIST_COUNT` / `RATE_LIMIT_ORDERS_LIST_WINDOW` (env or `.env`; the key upper-cased,
  *   every character other than a letter or digit replaced by `_`).
+ *
+ * An allow list likewise: `limits.orders.list.allow` (an object), else `RATE_LIMIT_ORDERS_LIST_ALLOW`
+ * (its JSON).
  */
 @Injectable()
 export class NestConfigCentre extends RateLimitConfigCentre {
-  private readonly paths = new Map<string, readonly [string, string, string, string]>();
+  private readonly paths = new Map<string, readonly string[]>();
   /** The last values returned per key: the same object while they stand, so they are validated once. */
   private readonly last = new Map<string, RateLimitOverride>();
 
@@ -22,13 +25,15 @@ export class NestConfigCentre extends RateLimitConfigCentre {
   }
 
   get(configKey: string): RateLimitOverride | undefined {
-    const [countPath, windowPath, countEnv, windowEnv] = this.pathsFor(configKey);
+    const [countPath, windowPath, allowPath, countEnv, windowEnv, allowEnv] = this.pathsFor(configKey);
     const count = this.read(countPath) ?? this.read(countEnv);
     const window = this.read(windowPath) ?? this.read(windowEnv);
-    if (count === undefined && window === undefined) return undefined;
+    const allow = this.read(allowPath) ?? this.read(allowEnv);
+    if (count === undefined && window === undefined && allow === undefined) return undefined;
     const last = this.last.get(configKey);
-    if (last && last.count === count && last.window === window) return last;
-    const override = { count, window };
+    if (last && last.count === count && last.window === window && last.allow === allow) return last;
+    const override: RateLimitOverride = { count, window };
+    if (allow !== undefined) override.allow = allow;
     this.last.set(configKey, override);
     return override;
   }
@@ -38,11 +43,12 @@ export class NestConfigCentre extends RateLimitConfigCentre {
     return this.config ? this.config.get<unknown>(path) : process.env[path];
   }
 
-  private pathsFor(configKey: string): readonly [string, string, string, string] {
+  private pathsFor(configKey: string): readonly string[] {
     let paths = this.paths.get(configKey);
     if (!paths) {
       const env = `RATE_LIMIT_${configKey.toUpperCase().replace(/[^A-Z0-9]/g, '_')}`;
-      paths = [`limits.${configKey}.count`, `limits.${configKey}.window`, `${env}_COUNT`, `${env}_WINDOW`];
+      const path = `limits.${configKey}`;
+      paths = [`${path}.count`, `${path}.window`, `${path}.allow`, `${env}_COUNT`, `${env}_WINDOW`, `${env}_ALLOW`];
       this.paths.set(configKey, paths);
     }
     return paths;

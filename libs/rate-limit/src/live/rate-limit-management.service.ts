@@ -99,7 +99,7 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
 
   private async publishCatalogue(): Promise<void> {
     try {
-      await this.catalogue?.publish(this.registry.all());
+      await this.catalogue?.publish(this.registry.all(), this.options.allow?.configKey);
     } catch (error) {
       this.logger.warn(
         `Cataloguing the rules in Redis failed (${String(error)}); the CLI knows them once Redis is back`,
@@ -135,6 +135,17 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
       else if (value !== undefined) merged.set(field, value);
     }
     const given = Object.fromEntries(merged);
+    if (rules.length === 0) {
+      // The module's allow list: what the key holds is read as nothing else.
+      const others = [...merged.keys()].filter((field) => field !== 'allow');
+      throwProblems(
+        `RateLimitManagementService.set`,
+        others.map(
+          (field) =>
+            `config key '${configKey}' holds the module's allow list: '${field}' is not a setting of it (only 'allow')`,
+        ),
+      );
+    }
     throwProblems(`RateLimitManagementService.set`, checkLimitValues(configKey, given, rules));
     const written = settingsAsOverride(parseLimitSettings(given).settings);
     await this.record(author, { change: 'set', configKey, values: { ...written } });
@@ -291,6 +302,7 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
     }
     const known = await this.knownRules();
     const rules = known.filter((rule) => rule.configKey === configKey);
+    if (rules.length === 0 && (await this.allowListKeys()).includes(configKey)) return rules;
     if (rules.length === 0) {
       const keys = [...new Set(known.flatMap((rule) => rule.configKey ?? []))].sort();
       throw new RateLimitConfigurationError(
@@ -298,6 +310,13 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
       );
     }
     return rules;
+  }
+
+  /** The config keys of module-wide allow lists: this app's, and those catalogued. */
+  private async allowListKeys(): Promise<string[]> {
+    const own = this.options.allow?.configKey;
+    const catalogued = (await this.catalogue?.allowListKeys().catch(() => [])) ?? [];
+    return own === undefined ? catalogued : [own, ...catalogued];
   }
 
   private async ruleNamed(name: string): Promise<RateLimitRuleRef> {

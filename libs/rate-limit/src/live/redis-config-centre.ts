@@ -15,6 +15,7 @@ import { RedisService } from '../redis/redis.service.js';
 import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
 import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 import { HeldLimits } from './held-limits.js';
+import { IdentityEntries } from './identity-entries.js';
 import { LiveConfigCentre } from './live-config-centre.js';
 import { LiveLimitsHash, UNUSABLE, isWrongType } from './live-limits-hash.js';
 import { NestConfigCentre } from './nest-config-centre.js';
@@ -88,7 +89,10 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
     @Inject(RESOLVED_RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
     @Optional() @Inject(APP_CONFIG_SERVICE) config?: ConfigService | null,
   ) {
-    super(config ? new NestConfigCentre(config) : undefined);
+    super(
+      config ? new NestConfigCentre(config) : undefined,
+      new IdentityEntries(options.keyPrefix, options.clock ?? Date.now, redis),
+    );
     if (!redis.isConfigured) {
       throw new RateLimitConfigurationError(
         "RateLimitModule options: 'configCentre' RedisConfigCentre needs 'redis'; without Redis, use MemoryConfigCentre",
@@ -107,7 +111,10 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
     // (whichever is ready last makes the read that finds everything missed).
     redis.whenReady(() => void this.readKnown().catch(() => undefined));
     redis.listen(this.hash.channel, {
-      message: (configKey) => void this.readOne(configKey),
+      message: (configKey) => {
+        if (this.identities.isNews(configKey)) void this.identities.reload().catch(() => undefined);
+        else void this.readOne(configKey);
+      },
       listening: (on) => {
         this.subscribed = on;
         this.readSinceSubscribed = false;
@@ -220,7 +227,12 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
   private async readHeldKeys(): Promise<void> {
     const subscription = this.subscribed ? this.subscriptions : -1;
     // The rules' keys: the registry has them from the modules' init, before Redis is first ready.
+    // Bans and overrides with the limits: at the start, after a gap, and every refreshMs.
+    const identities = this.identities.reload();
+    identities.catch(() => undefined); // awaited below, unless the limits' read fails first
     for (const rule of this.registry.all()) if (rule.configKey !== undefined) this.known.add(rule.configKey);
+    const allowList = this.options.allow?.configKey;
+    if (allowList !== undefined) this.known.add(allowList);
     const keys = [...this.known];
     let texts: (string | null)[];
     try {
@@ -236,6 +248,7 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
       throw error;
     }
     keys.forEach((configKey, i) => this.limits.arrive(configKey, texts[i]));
+    await identities;
     this.reloads += 1;
     if (this.subscribed && subscription === this.subscriptions) this.readSinceSubscribed = true;
   }

@@ -28,9 +28,15 @@ export class RuleCatalogue {
     this.key = liveConfigKeys(keyPrefix).rules;
   }
 
-  async publish(rules: readonly RateLimitRule[]): Promise<void> {
-    if (rules.length === 0) return;
-    const fields = rules.flatMap((rule) => [rule.name, JSON.stringify(catalogued(rule))]);
+  /**
+   * @param rules the app's rules, tiers included: a tier is catalogued as `name@tier`, with its own
+   *   thresholds and config key.
+   * @param allowListKey the module's `allow.configKey`, whose values only an allow list may be.
+   */
+  async publish(rules: readonly RateLimitRule[], allowListKey?: string): Promise<void> {
+    if (rules.length === 0 && allowListKey === undefined) return;
+    const fields = rules.flatMap((rule) => [fieldOf(rule), JSON.stringify(catalogued(rule))]);
+    if (allowListKey !== undefined) fields.push(`${ALLOW_LIST_FIELD}${allowListKey}`, '{}');
     await this.redis.operation(
       this.redis.client
         .multi()
@@ -45,7 +51,10 @@ export class RuleCatalogue {
   async rules(): Promise<RateLimitRule[]> {
     const stored = await this.redis.operation(this.redis.client.hgetall(this.key), 'HGETALL');
     const rules: RateLimitRule[] = [];
-    for (const [name, text] of Object.entries(stored)) {
+    for (const [field, text] of Object.entries(stored)) {
+      if (field.startsWith(ALLOW_LIST_FIELD)) continue;
+      // A tier: the rule's name, before its tier.
+      const name = field.split('@')[0];
       try {
         const { declaredOn, by, cost, ...options } = JSON.parse(text) as CataloguedRule;
         rules.push(
@@ -61,10 +70,26 @@ export class RuleCatalogue {
     }
     return rules;
   }
+
+  /** The config keys of the module-wide allow lists of the apps catalogued. */
+  async allowListKeys(): Promise<string[]> {
+    const fields = await this.redis.operation(this.redis.client.hkeys(this.key), 'HKEYS');
+    return fields
+      .filter((field) => field.startsWith(ALLOW_LIST_FIELD))
+      .map((field) => field.slice(ALLOW_LIST_FIELD.length));
+  }
+}
+
+/** Starts the field of an allow list's config key; no rule name starts so. */
+const ALLOW_LIST_FIELD = '~allow:';
+
+function fieldOf(rule: RateLimitRule): string {
+  return rule.tierName === undefined ? rule.name : `${rule.name}@${rule.tierName}`;
 }
 
 function catalogued(rule: RateLimitRule): CataloguedRule {
-  const { by, cost, ...options } = ruleOptions(rule);
+  // What the CLI checks values against: the thresholds; not what the app runs per request.
+  const { by, cost, skipIf: _skipIf, allow: _allow, ...options } = ruleOptions(rule);
   return {
     ...options,
     declaredOn: rule.declaredOn,

@@ -5,8 +5,11 @@ import type { RateLimitModuleExtras, RateLimitModuleOptions } from './options.js
 export const { ConfigurableModuleClass: RateLimitConfigurableModule, MODULE_OPTIONS_TOKEN: RATE_LIMIT_OPTIONS } =
   new ConfigurableModuleBuilder<RateLimitModuleOptions>()
     .setClassMethodName('forRoot')
-    .setExtras<Required<RateLimitModuleExtras>>({ isGlobal: false, globalGuard: true }, (definition, extras) => ({
-      ...definition,
-      global: extras.isGlobal,
-    }))
+    .setExtras<Required<RateLimitModuleExtras>>(
+      { isGlobal: false, globalGuard: true, defaults: [] },
+      (definition, extras) => ({
+        ...definition,
+        global: extras.isGlobal,
+      }),
+    )
     .build();

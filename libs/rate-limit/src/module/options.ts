@@ -1,11 +1,13 @@
 import type { ConfigurableModuleAsyncOptions, Type } from '@nestjs/common';
 import type { Cluster, ClusterNode, ClusterOptions, Redis, RedisOptions } from 'ioredis';
 import type { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
-import type { RateLimitHeaderStyle } from '../limiter/rate-limit-outcome.js';
+import type { RateLimitHeaderStyle, RateLimitNearLimitEvent } from '../limiter/rate-limit-outcome.js';
 import type { SampledLogLevel } from '../logging/sampled-logger.js';
 import type { RateLimitStoreErrorPolicy } from '../resilience/store-error-policy.js';
 import type { RateLimitStore } from '../store/rate-limit-store.js';
-import type { RateLimitMode } from '../rules/rate-limit-rule.js';
+import type { RateLimitMode, RateLimitSkipIf } from '../rules/rate-limit-rule.js';
+import type { AllowList, RateLimitAllowList } from '../rules/allow-list.js';
+import type { RateLimitDefaultRule } from '../rules/default-rules.js';
 
 /**
  * How to reach Redis:
@@ -146,6 +148,29 @@ export interface RateLimitModuleOptions {
   /** Sampling of rejection log lines, or `false` for none. */
   logging?: RateLimitLoggingOptions | false;
 
+  // Requests let through.
+  /**
+   * Requests no rule counts (and that get no rate-limit headers): from these addresses or networks,
+   * with these user agents, or (per rule) counted under these identities. `configKey`: a config
+   * centre key whose `allow` values replace these while the app runs (`RedisConfigCentre`: written
+   * with `RateLimitManagementService.set` or the CLI, on every instance at once).
+   */
+  allow?: RateLimitAllowList & { configKey?: string };
+  /**
+   * Requests no rule counts: a function of the context, run where the request's rules are decided.
+   * One that throws or rejects skips nothing (the request is decided as usual; the error is logged
+   * by sampling).
+   */
+  skipIf?: RateLimitSkipIf;
+
+  // What clients and operators see (continued).
+  /**
+   * Called when an admission takes an identity's use of a rule to the rule's `nearLimit` share (once
+   * per crossing): to warn a customer before the 429. Not awaited; one that throws is logged by
+   * sampling and the request goes on.
+   */
+  onNearLimit?: (event: RateLimitNearLimitEvent) => void | Promise<void>;
+
   // Inputs.
   /** Where run-time thresholds come from. Default: `@nestjs/config`'s `ConfigService` (see `NestConfigCentre`). */
   configCentre?: Type<RateLimitConfigCentre> | RateLimitConfigCentre;
@@ -181,6 +206,16 @@ export interface RateLimitModuleExtras {
    * yourself with `@UseGuards(RateLimitGuard)`.
    */
   globalGuard?: boolean;
+  /**
+   * Rules of every handler the guard limits (HTTP routes, GraphQL queries and mutations, gateway
+   * messages), as `@nestjs/throttler`'s `forRoot([{ ttl, limit }])`: a decorator rule of the same
+   * name replaces one on its routes, `@SkipRateLimit()` skips all, `@SkipRateLimit('name')` one.
+   * Each counts per route unless its `scope` is `'app'`. Checked at bootstrap; the startup log says
+   * how many handlers each covers.
+   *
+   * @example defaults: [{ count: 100, window: '1m' }]   // 100 per minute per client IP, on every route
+   */
+  defaults?: readonly RateLimitDefaultRule[];
 }
 
 /** `forRootAsync`'s options: `useFactory` (with `inject`, `imports`), `useClass` or `useExisting`, and the extras. */
@@ -221,6 +256,10 @@ export interface ResolvedRateLimitOptions {
   keyAudit: { intervalMs: number };
   ipv6PrefixBits: number;
   clock: (() => number) | undefined;
+  /** The module-wide `allow` list, if any, and its config key. */
+  allow: { list: AllowList | undefined; configKey: string | undefined } | undefined;
+  skipIf: RateLimitSkipIf | undefined;
+  onNearLimit: ((event: RateLimitNearLimitEvent) => void | Promise<void>) | undefined;
 }
 
 /** Injection token of the `ResolvedRateLimitOptions` (internal). */

@@ -1,5 +1,5 @@
 import { type DynamicModule, Logger, Module, type Provider } from '@nestjs/common';
-import { APP_GUARD, DiscoveryModule, ModuleRef } from '@nestjs/core';
+import { APP_GUARD, APP_INTERCEPTOR, DiscoveryModule, ModuleRef } from '@nestjs/core';
 import { APP_CONFIG_SERVICE, appConfigService } from '../live/app-config.js';
 import { NestConfigCentre } from '../live/nest-config-centre.js';
 import { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
@@ -37,6 +37,12 @@ import { LeasingStore } from '../resilience/leasing.store.js';
 import { ResilientStore } from '../resilience/resilient-store.js';
 import { DeclaredRulesCheck } from '../rules/declared-rules-check.js';
 import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
+import {
+  DEFAULT_RULES,
+  type DefaultRule,
+  defaultsReadAfterGuards,
+  validateDefaultRules,
+} from '../rules/default-rules.js';
 import { MemoryRateLimitStore } from '../store/memory-rate-limit.store.js';
 import { RateLimitStore } from '../store/rate-limit-store.js';
 import { resolveModuleOptions } from './resolve-options.js';
@@ -45,7 +51,8 @@ import { LEASE_MAX_KEYS, LOG_SAMPLING } from './defaults.js';
 const resolvedOptionsProvider: Provider = {
   provide: RESOLVED_RATE_LIMIT_OPTIONS,
   inject: [RATE_LIMIT_OPTIONS],
-  useFactory: resolveModuleOptions,
+  // What `forRoot` was given was checked when it was called; here it is what a factory returned.
+  useFactory: (options: RateLimitModuleOptions) => resolveModuleOptions(options, true),
 };
 
 /**
@@ -199,6 +206,7 @@ const metricsProvider: Provider = {
       liveConfig: () => (centre instanceof RedisConfigCentre ? centre.state : undefined),
       keysWithoutTtl: () => audit.keysWithoutTtl,
       ruleNames: () => rules.all().map((rule) => rule.name),
+      nearLimitRuleNames: () => rules.all().flatMap((rule) => (rule.nearLimit === undefined ? [] : [rule.name])),
     });
   },
 };
@@ -282,21 +290,32 @@ export class RateLimitModule {
   /** Options validated here, at import time: a bad value stops the app naming the field. */
   static forRoot(options: RateLimitModuleOptions & RateLimitModuleExtras = {}): DynamicModule {
     resolveModuleOptions(options);
-    return ownModule(RateLimitConfigurableModule.forRoot(options), options.globalGuard ?? true);
+    const defaults = validateDefaultRules(options.defaults);
+    return ownModule(RateLimitConfigurableModule.forRoot(options), options.globalGuard ?? true, defaults);
   }
 
-  /** Options from a factory (`useFactory` with `inject`), `useClass` or `useExisting`; validated when it resolves. */
+  /**
+   * Options from a factory (`useFactory` with `inject`), `useClass` or `useExisting`; validated when
+   * it resolves. `defaults`, `isGlobal` and `globalGuard` are given here, beside the factory.
+   */
   static forRootAsync(options: RateLimitModuleAsyncOptions): DynamicModule {
-    return ownModule(RateLimitConfigurableModule.forRootAsync(options), options.globalGuard ?? true);
+    const defaults = validateDefaultRules(options.defaults);
+    return ownModule(RateLimitConfigurableModule.forRootAsync(options), options.globalGuard ?? true, defaults);
   }
 }
 
-/** The builder's module, as this module (its providers), with the guard for every route when asked. */
-function ownModule(built: DynamicModule, globalGuard: boolean): DynamicModule {
-  const module = { ...built, module: RateLimitModule };
-  if (!globalGuard) return module;
-  return {
-    ...module,
-    providers: [...(module.providers ?? []), { provide: APP_GUARD, useExisting: RateLimitGuard }],
-  };
+/**
+ * The builder's module, as this module (its providers), with the guard for every route when asked,
+ * the `defaults` when given, and the interceptor for every route only when a default reads the
+ * request after the app's guards (`by`, `tier`, `skipIf`): other apps' routes never run it.
+ */
+function ownModule(built: DynamicModule, globalGuard: boolean, defaults: readonly DefaultRule[]): DynamicModule {
+  const providers = [...(built.providers ?? [])];
+  if (globalGuard) providers.push({ provide: APP_GUARD, useExisting: RateLimitGuard });
+  if (defaults.length > 0) {
+    providers.push({ provide: DEFAULT_RULES, useValue: defaults });
+    if (defaultsReadAfterGuards(defaults))
+      providers.push({ provide: APP_INTERCEPTOR, useExisting: RateLimitInterceptor });
+  }
+  return { ...built, module: RateLimitModule, providers };
 }

@@ -15,6 +15,7 @@ import {
 } from './defaults.js';
 import type { RateLimitModuleOptions, ResolvedRateLimitOptions } from './options.js';
 import { checkRedis, describe } from './check-redis-option.js';
+import { AllowList } from '../rules/allow-list.js';
 
 const KEY_PREFIX = /^[A-Za-z0-9._:-]{1,32}$/;
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -26,7 +27,7 @@ const FIELDS = {
   '': [
     'redis', 'store', 'memoryStore', 'blockCache', 'keyPrefix', 'storeErrors', 'failover', 'countOn',
     'headers', 'logging', 'configCentre', 'liveConfig', 'mode', 'metrics', 'ipv6PrefixBits', 'clock',
-    'isGlobal', 'globalGuard',
+    'allow', 'skipIf', 'onNearLimit', 'isGlobal', 'globalGuard', 'defaults',
   ],
   liveConfig: ['refreshMs'],
   metrics: ['registry', 'prefix'],
@@ -63,8 +64,14 @@ const MOVED: Record<string, string> = {
   inFlightWaitMs: 'countOn.inFlightWaitMs',
 };
 
-/** Applies the defaults (`defaults.ts`) and rejects values that cannot work, naming the field. */
-export function resolveModuleOptions(options: RateLimitModuleOptions = {}): ResolvedRateLimitOptions {
+/**
+ * Applies the defaults (`defaults.ts`) and rejects values that cannot work, naming the field.
+ * @param fromFactory the value of `forRootAsync`'s factory, which cannot shape the module.
+ */
+export function resolveModuleOptions(
+  options: RateLimitModuleOptions = {},
+  fromFactory = false,
+): ResolvedRateLimitOptions {
   const fail = (field: string, problem: string, ...value: [unknown?]): never => {
     const got = value.length > 0 ? `, got ${describe(value[0])}` : '';
     throw new RateLimitConfigurationError(`RateLimitModule options: '${field}' ${problem}${got}`);
@@ -98,6 +105,12 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
   };
 
   group('', options);
+  if (fromFactory && (options as { defaults?: unknown }).defaults !== undefined) {
+    fail(
+      'defaults',
+      "shapes the module (which routes are limited): give it to forRootAsync itself, beside 'useFactory'",
+    );
+  }
   const redis = checkRedis(options.redis, fail);
   const { store } = options;
   if (
@@ -209,6 +222,27 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
     fail('ipv6PrefixBits', 'must be a whole number from 1 to 128', ipv6PrefixBits);
   }
   if (clock !== undefined && typeof clock !== 'function') fail('clock', 'must be a function returning ms', clock);
+  const { skipIf } = options;
+  if (skipIf !== undefined && typeof skipIf !== 'function') {
+    fail('skipIf', 'must be a function of the ExecutionContext', skipIf);
+  }
+  const { onNearLimit } = options;
+  if (onNearLimit !== undefined && typeof onNearLimit !== 'function') {
+    fail('onNearLimit', 'must be a function of the event', onNearLimit);
+  }
+  let allow: ResolvedRateLimitOptions['allow'];
+  if (options.allow !== undefined) {
+    if (options.allow === null || typeof options.allow !== 'object') fail('allow', 'must be an object', options.allow);
+    const { configKey, ...list } = options.allow;
+    if (configKey !== undefined && (typeof configKey !== 'string' || configKey.trim() === '')) {
+      fail('allow.configKey', 'must be a non-empty string', configKey);
+    }
+    const parsed = AllowList.parse(list);
+    if (parsed.problems.length > 0) {
+      throw new RateLimitConfigurationError(parsed.problems.map((problem) => `RateLimitModule options: ${problem}`));
+    }
+    if (parsed.list || configKey !== undefined) allow = { list: parsed.list, configKey };
+  }
 
   return {
     redis,
@@ -239,5 +273,8 @@ export function resolveModuleOptions(options: RateLimitModuleOptions = {}): Reso
     logging,
     ipv6PrefixBits,
     clock,
+    allow,
+    skipIf,
+    onNearLimit,
   };
 }

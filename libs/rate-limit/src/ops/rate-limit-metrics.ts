@@ -28,6 +28,8 @@ export interface MetricsSources {
   keysWithoutTtl(): number | undefined;
   /** The names of the rules declared with `@RateLimit`: all known once the app has started. */
   ruleNames(): Iterable<string>;
+  /** Those of them with a `nearLimit` share. */
+  nearLimitRuleNames(): Iterable<string>;
 }
 
 type PromClient = typeof import('prom-client');
@@ -67,6 +69,8 @@ export class RateLimitMetrics
   private readonly storeSeconds: Histogram;
   private readonly storeErrors = { timeout: 0, circuit_open: 0, error: 0 };
   private blockCacheHits = 0;
+  /** Per rule name, the admissions that crossed its `nearLimit` share. */
+  private readonly nearLimits = new Map<string, number>();
 
   constructor(
     client: PromClient,
@@ -105,6 +109,13 @@ export class RateLimitMetrics
       ['kind'],
       () => Object.entries(storeErrors).map(([kind, total]) => [{ kind }, total] as [{ kind: string }, number]),
     );
+    const { nearLimits } = this;
+    counted(
+      `${prefix}near_limit_total`,
+      "Admissions that took an identity's use of a rule to its nearLimit share (once per crossing)",
+      ['rule'],
+      () => [...nearLimits].map(([rule, total]) => [{ rule }, total] as [{ rule: string }, number]),
+    );
     counted(
       `${prefix}block_cache_hits_total`,
       'Requests refused by the local block cache, without a store call',
@@ -133,6 +144,7 @@ export class RateLimitMetrics
     });
     for (const name of [
       'decisions_total',
+      'near_limit_total',
       'store_duration_seconds',
       'store_errors_total',
       'block_cache_hits_total',
@@ -149,6 +161,7 @@ export class RateLimitMetrics
   /** The declared rules' series, at 0 until they count (the rule registry has read them by now). */
   onApplicationBootstrap(): void {
     for (const name of this.sources.ruleNames()) this.countsOf(name);
+    for (const name of this.sources.nearLimitRuleNames()) this.nearLimits.set(name, 0);
   }
 
   /** Takes its metrics out of the registry, so an app started again in this process can register them. */
@@ -168,7 +181,13 @@ export class RateLimitMetrics
       else if (decision.fallback) counted = decision.allowed ? FALLBACK_ALLOWED : FALLBACK_REJECTED;
       else counted = decision.allowed ? ALLOWED : REJECTED;
       byOutcome[counted] += 1;
+      if (decision.nearLimit) this.nearLimitCrossed(decision.rule.name);
     }
+  }
+
+  private nearLimitCrossed(name: string): void {
+    const labelled = this.nearLimits.has(name) || this.nearLimits.size < MAX_RULE_LABELS ? name : OTHER_RULES;
+    this.nearLimits.set(labelled, (this.nearLimits.get(labelled) ?? 0) + 1);
   }
 
   called(seconds: number, error: unknown): void {

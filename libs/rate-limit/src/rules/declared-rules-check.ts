@@ -35,6 +35,9 @@ export class DeclaredRulesCheck implements OnModuleInit {
     private readonly registry: RateLimitRuleRegistry,
   ) {}
 
+  /** Per default rule's name: handlers it covers, handlers with a rule of its name instead, handlers that skip it. */
+  private readonly coverage = new Map<string, { covered: number; replaced: number; skipped: number }>();
+
   onModuleInit(): void {
     const problems = new Set<string>();
     const classesByName = new Map<string, Set<Handler>>();
@@ -61,6 +64,7 @@ export class DeclaredRulesCheck implements OnModuleInit {
     if (problems.size > 0) {
       throw new RateLimitConfigurationError([...problems]);
     }
+    this.logCoverage();
     for (const [name, classes] of classesByName) {
       if (classes.size > 1) {
         new Logger('RateLimit').warn(
@@ -97,6 +101,7 @@ export class DeclaredRulesCheck implements OnModuleInit {
         for (const problem of error.problems) problems.add(problem);
         continue;
       }
+      if (handlerKind === kind.limited) this.count(rules);
       if (rules.some((rule) => rule.name.startsWith(`${type.name}.`) || rule.name === type.name)) {
         if (!classesByName.has(type.name)) classesByName.set(type.name, new Set());
         classesByName.get(type.name)!.add(type);
@@ -125,6 +130,33 @@ export class DeclaredRulesCheck implements OnModuleInit {
         problems.add(`@RateLimit on ${type.name} applies to ${route}, ${why}; ${fix}`);
       }
     }
+  }
+
+  /** Counts what each default does on one handler the guard limits. */
+  private count(rules: readonly RateLimitRule[]): void {
+    for (const { rule: defaultRule } of this.registry.defaults) {
+      const { name } = defaultRule;
+      let counts = this.coverage.get(name);
+      if (!counts) this.coverage.set(name, (counts = { covered: 0, replaced: 0, skipped: 0 }));
+      const applied = rules.find((rule) => rule.name === name);
+      if (!applied) counts.skipped += 1;
+      else if (applied.fromDefaults) counts.covered += 1;
+      else counts.replaced += 1;
+    }
+  }
+
+  /** One line at the start: what the module's `defaults` cover, so a route left open shows. */
+  private logCoverage(): void {
+    const { defaults } = this.registry;
+    if (defaults.length === 0) return;
+    const parts = defaults.map(({ rule, scope }) => {
+      const { covered = 0, replaced = 0, skipped = 0 } = this.coverage.get(rule.name) ?? {};
+      const others = [replaced > 0 ? `${replaced} replace it` : '', skipped > 0 ? `${skipped} skip it` : '']
+        .filter(Boolean)
+        .join(', ');
+      return `'${rule.name}' (${rule.count} per ${rule.windowMs} ms, per ${scope === 'app' ? 'identity across the app' : 'route'}) covers ${covered} of ${covered + replaced + skipped} handlers${others ? ` (${others})` : ''}`;
+    });
+    new Logger('RateLimit').log(`Default rules: ${parts.join('; ')}`);
   }
 
   /**

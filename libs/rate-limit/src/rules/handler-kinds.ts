@@ -23,6 +23,9 @@ export const SUPPORTED_HANDLERS =
  */
 export type HandlerKind = 'route' | 'operation' | 'ws-message' | 'message' | 'subscription' | 'field' | 'none';
 
+/** The handlers the guard limits. */
+export const LIMITED_KINDS: readonly HandlerKind[] = ['route', 'operation', 'ws-message'];
+
 /** The classes whose handlers the guard limits, and what it cannot limit on each. */
 export interface HandlerClass {
   /** How messages name it: `controller`, `resolver`, `gateway`. */

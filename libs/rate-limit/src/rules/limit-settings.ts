@@ -9,6 +9,7 @@ import {
   validateRule,
 } from './rate-limit-rule.js';
 import type { RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
+import { AllowList } from './allow-list.js';
 
 /** A config centre's values for one `configKey`, each checked on its own. */
 export interface LimitSettings {
@@ -16,10 +17,12 @@ export interface LimitSettings {
   windowMs?: number;
   algorithm?: RateLimitAlgorithmName;
   mode?: RateLimitMode;
+  /** The allow list in force instead of the rule's; `null`: none (an empty list given). */
+  allow?: AllowList | null;
 }
 
 /** The fields a config centre may set, as `RateLimitOverride` names them. */
-export const LIMIT_FIELDS = ['count', 'window', 'algorithm', 'mode'] as const;
+export const LIMIT_FIELDS = ['count', 'window', 'algorithm', 'mode', 'allow'] as const;
 
 /**
  * Parses a config centre's values field by field. An absent, null or empty field is unset; any
@@ -70,6 +73,20 @@ export function parseLimitSettings(raw: unknown): { settings: LimitSettings; pro
     if (RATE_LIMIT_MODES.includes(mode as RateLimitMode)) settings.mode = mode as RateLimitMode;
     else problems.push(`'mode' must be one of ${RATE_LIMIT_MODES.join(', ')}, got ${show(mode)}`);
   }
+  let allow: unknown = given('allow');
+  if (allow !== undefined) {
+    // An env variable or a CLI argument carries the list as JSON.
+    if (typeof allow === 'string') {
+      try {
+        allow = JSON.parse(allow) as unknown;
+      } catch {
+        // Said below: a string is no allow list.
+      }
+    }
+    const parsed = AllowList.parse(allow);
+    if (parsed.problems.length > 0) problems.push(...parsed.problems);
+    else settings.allow = parsed.list ?? null;
+  }
   return { settings, problems, unknown };
 }
 
@@ -92,6 +109,7 @@ export function ruleWithSettings(rule: RateLimitRule, settings: LimitSettings, s
   if (settings.windowMs !== undefined) options.window = settings.windowMs;
   if (settings.algorithm !== undefined) options.algorithm = settings.algorithm;
   if (settings.mode !== undefined) options.mode = settings.mode;
+  if (settings.allow !== undefined) options.allow = settings.allow?.source;
   return validateRule(options, rule.declaredOn, rule.name, `${subject} for rule ${rule.name} on ${rule.declaredOn}`);
 }
 
@@ -102,6 +120,7 @@ export function settingsAsOverride(settings: LimitSettings): RateLimitOverride {
   if (settings.windowMs !== undefined) override.window = settings.windowMs;
   if (settings.algorithm !== undefined) override.algorithm = settings.algorithm;
   if (settings.mode !== undefined) override.mode = settings.mode;
+  if (settings.allow !== undefined) override.allow = settings.allow?.source ?? {};
   return override;
 }
 

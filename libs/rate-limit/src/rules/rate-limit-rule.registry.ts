@@ -1,13 +1,15 @@
-import { Injectable } from '@nestjs/common';
+import { Inject, Injectable, Optional } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from '../decorators/metadata-keys.js';
 import {
   type RateLimitOptions,
   type RateLimitRule,
   RateLimitConfigurationError,
+  readsRequestAfterGuards,
   validateRule,
 } from './rate-limit-rule.js';
-import type { Handler } from './handler-kinds.js';
+import { DEFAULT_RULES, type DefaultRule, countedPerRoute, defaultRuleFor } from './default-rules.js';
+import { type Handler, LIMITED_KINDS, handlerKindOf } from './handler-kinds.js';
 
 const NO_RULES: readonly RateLimitRule[] = Object.freeze([]);
 
@@ -35,7 +37,15 @@ export class RateLimitRuleRegistry {
   /** Rules given to the limiter's API as options, validated once per object. */
   private readonly givenRules = new WeakMap<object, RateLimitRule>();
 
-  constructor(private readonly reflector: Reflector) {}
+  /** The module's `defaults`: rules of every handler the guard limits, unless it says otherwise. */
+  readonly defaults: readonly DefaultRule[];
+
+  constructor(
+    private readonly reflector: Reflector,
+    @Optional() @Inject(DEFAULT_RULES) defaults: readonly DefaultRule[] | null = null,
+  ) {
+    this.defaults = defaults ?? [];
+  }
 
   /** The rules that apply to one handler of one controller, in declaration order. */
   rulesFor(controller: Handler, handler: Handler): readonly RateLimitRule[] {
@@ -48,8 +58,8 @@ export class RateLimitRuleRegistry {
 
   /**
    * Whether a handler's rules (as `rulesFor` gave them) are decided after the app's guards, by
-   * `RateLimitInterceptor`: when one of them counts by a function of the request, which may read
-   * what an authentication guard sets. All of them then, so the request is still one store call.
+   * `RateLimitInterceptor`: when one of them reads the request through a function of the app's
+   * (`by`, `tier`, `skipIf`), which may read what an authentication guard sets. All of them then, so the request is still one store call.
    */
   decidedAfterGuards(rules: readonly RateLimitRule[]): boolean {
     return this.afterGuards.has(rules);
@@ -75,9 +85,14 @@ export class RateLimitRuleRegistry {
     return rules[0];
   }
 
-  /** Every rule declared on a route, one per name and way of counting. */
+  /**
+   * Every rule declared on a route (or applied from the defaults), one per name and way of
+   * counting; with each tier of a rule that has `tiers` (of the same name, its own `configKey`).
+   */
   all(): RateLimitRule[] {
-    return [...this.rulesByName.values()].flat();
+    return [...this.rulesByName.values()]
+      .flat()
+      .flatMap((rule) => (rule.tiers ? [rule, ...rule.tiers.values()] : [rule]));
   }
 
   /** The rules declared on routes that read their thresholds from this `configKey`. */
@@ -117,7 +132,20 @@ export class RateLimitRuleRegistry {
     const handlerRules = this.declaredOn(handler, route, route, problems);
     if (problems.length > 0) throw new RateLimitConfigurationError(problems);
     const replaced = new Set(handlerRules.map((rule) => rule.name));
-    const rules = [...classRules.filter((rule) => !replaced.has(rule.name)), ...handlerRules];
+    let declared = [...classRules.filter((rule) => !replaced.has(rule.name)), ...handlerRules];
+    for (const rule of declared) replaced.add(rule.name);
+    if (this.defaults.some(({ scope }) => scope === 'route')) {
+      const perRoute = new Set(this.defaults.flatMap(({ rule, scope }) => (scope === 'route' ? [rule.name] : [])));
+      declared = declared.map((rule) => (perRoute.has(rule.name) ? countedPerRoute(rule, route) : rule));
+    }
+    // Defaults cover what the guard limits (routes, GraphQL operations, gateway messages), nothing
+    // else it may see (a microservice handler in a hybrid app); a declared rule of a default's name
+    // replaces it.
+    const defaults =
+      this.defaults.length > 0 && LIMITED_KINDS.includes(handlerKindOf(this.reflector, handler))
+        ? this.defaults.filter(({ rule }) => !replaced.has(rule.name)).map((rule) => defaultRuleFor(rule, route))
+        : NO_RULES;
+    const rules = [...defaults, ...declared];
     for (const rule of rules) {
       const named = this.rulesByName.get(rule.name) ?? [];
       if (!named.some((other) => sameCounter(other, rule))) named.push(rule);
@@ -141,7 +169,7 @@ export class RateLimitRuleRegistry {
   private applied(rules: RateLimitRule[]): readonly RateLimitRule[] {
     if (rules.length === 0) return NO_RULES;
     const frozen = Object.freeze(rules);
-    if (rules.some((rule) => typeof rule.by === 'function')) this.afterGuards.add(frozen);
+    if (rules.some(readsRequestAfterGuards)) this.afterGuards.add(frozen);
     return frozen;
   }
 
@@ -170,6 +198,7 @@ export class RateLimitRuleRegistry {
 /** Whether two rules of one name count alike: the same thresholds, algorithm and penalty. */
 function sameCounter(a: RateLimitRule, b: RateLimitRule): boolean {
   return (
+    a.keyId === b.keyId &&
     a.count === b.count &&
     a.windowMs === b.windowMs &&
     a.configKey === b.configKey &&

@@ -3,6 +3,7 @@ import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from '../algorithms/algo
 import { type Duration, MAX_DURATION_MS, parseCount, parseDuration } from './duration.js';
 import { type RateLimitStoreErrorPolicy, STORE_ERROR_POLICIES } from '../resilience/store-error-policy.js';
 import { ruleKeyId } from '../store/key-layout.js';
+import { AllowList, type RateLimitAllowList } from './allow-list.js';
 
 /** What a `by` function may give: an identity, or none (`undefined`, `null`, `''`). */
 export type RateLimitIdentity = string | number | null | undefined;
@@ -24,9 +25,30 @@ export type RateLimitBy = 'ip' | 'global' | RateLimitIdentityResolver;
 /** Units a request consumes: a number, or a function of the context (e.g. upload size in MB). */
 export type RateLimitCost = number | ((context: ExecutionContext) => number | Promise<number>);
 
+/**
+ * Whether a request skips a rule (module-wide: every rule). It runs after the app's guards, as `by`
+ * does. One that throws or rejects skips nothing: the request is decided as if it were not there
+ * (the error is logged by sampling).
+ */
+export type RateLimitSkipIf = (context: ExecutionContext) => boolean | Promise<boolean>;
+
+/**
+ * The tier (plan) a request is counted under: a name of the rule's `tiers`. None (`undefined`,
+ * `null`, `''`): the rule's own `count` and `window`. It runs after the app's guards, as `by` does.
+ */
+export type RateLimitTierResolver = (
+  context: ExecutionContext,
+) => string | null | undefined | Promise<string | null | undefined>;
+
+/** A tier's limit: a count per the rule's window, or its own thresholds. */
+export type RateLimitTier = number | { count: number; window?: Duration; burst?: number };
+
 /** What `@RateLimit()` takes. */
 export interface RateLimitOptions {
-  /** Requests admitted per window: a positive whole number. */
+  /**
+   * Requests admitted per window: a positive whole number. With `tiers`: the limit of a request the
+   * `tier` resolver names no tier for.
+   */
   count: number;
   /** Window length: milliseconds or a duration string (`'500ms'`, `'1s'`, `'1m'`, `'1h'`, `'1d'`). */
   window: Duration;
@@ -72,6 +94,28 @@ export interface RateLimitOptions {
    * module's `mode` (`'enforce'`).
    */
   mode?: RateLimitMode;
+  /** Requests this rule does not count (nor sends headers for): a function of the context. */
+  skipIf?: RateLimitSkipIf;
+  /**
+   * Requests this rule does not count, by address, identity or user agent. A config centre's
+   * `allow` for the rule's `configKey` replaces it while the app runs.
+   */
+  allow?: RateLimitAllowList;
+  /**
+   * Limits per plan: `{ pro: 5000, partner: { count: 20000, window: '1m' } }`, picked per request by
+   * `tier`. A request of no tier (or one not declared here, said once) gets `count` and `window`.
+   * Tiers count on one counter per identity: an identity that changes plan keeps what it used. With
+   * a `configKey`, tier `pro` reads its live values from `<configKey>.pro`.
+   */
+  tiers?: Readonly<Record<string, RateLimitTier>>;
+  /** Which of `tiers` a request is counted under. Required with `tiers`. */
+  tier?: RateLimitTierResolver;
+  /**
+   * A share of the limit (above 0, below 1; `0.8`: 80%): the admission that takes an identity's use
+   * to it or past it is counted in the metrics (`near_limit_total`) and given to the module's
+   * `onNearLimit`, so an app can warn a customer before the 429. Once per crossing, not per request.
+   */
+  nearLimit?: number;
 }
 
 /** Whether a rule rejects (`'enforce'`), only reports what it would reject (`'shadow'`), or is skipped (`'off'`). */
@@ -105,6 +149,26 @@ export interface RateLimitRule {
   readonly lease: number;
   /** `undefined`: the module's mode. */
   readonly mode: RateLimitMode | undefined;
+  readonly skipIf: RateLimitSkipIf | undefined;
+  /** @internal The rule's `allow`, made ready for requests. */
+  readonly allow: AllowList | undefined;
+  /** Per tier name, the rule with that tier's thresholds (same name, key id and counters). */
+  readonly tiers: ReadonlyMap<string, RateLimitRule> | undefined;
+  readonly tier: RateLimitTierResolver | undefined;
+  /** A share of the limit whose crossing is reported; undefined: none. */
+  readonly nearLimit: number | undefined;
+  /** Set for the rule of one of another rule's `tiers`: that tier's name. */
+  readonly tierName?: string;
+  /** Set for a rule of the module's `defaults`, as applied to a handler. */
+  readonly fromDefaults?: true;
+}
+
+/**
+ * Whether a rule reads the request through a function the app gives (`by`, `tier`, `skipIf`): it is
+ * then decided after the app's guards, which may set what the function reads (`req.user`).
+ */
+export function readsRequestAfterGuards(rule: RateLimitRule): boolean {
+  return typeof rule.by === 'function' || rule.tier !== undefined || rule.skipIf !== undefined;
 }
 
 /** Thrown at bootstrap for a rule that cannot work; the message names the route and the field. */
@@ -122,6 +186,7 @@ export class RateLimitConfigurationError extends Error {
 
 // No ':' (it separates key parts) and no braces (they pick Cluster slots).
 const RULE_NAME = /^[A-Za-z0-9._$-]{1,64}$/;
+const TIER_NAME = /^[A-Za-z0-9_-]{1,32}$/;
 
 /**
  * @param subject how messages name the rule: `@RateLimit on Controller.method` by default.
@@ -209,6 +274,56 @@ export function validateRule(
     // A refund would have to reach the instance that holds the unit: it is simply not leased.
     if (countOn !== 'all') fail('lease', "cannot be combined with 'countOn'", lease);
   }
+  const { skipIf } = options;
+  if (skipIf !== undefined && typeof skipIf !== 'function') {
+    fail('skipIf', 'must be a function of the ExecutionContext', skipIf);
+  }
+  const parsedAllow = AllowList.parse(options.allow);
+  if (parsedAllow.problems.length > 0) {
+    throw new RateLimitConfigurationError(parsedAllow.problems.map((problem) => `${subject}: ${problem}`));
+  }
+  const { tier } = options;
+  let tiers: Map<string, RateLimitRule> | undefined;
+  if (options.tiers !== undefined) {
+    if (options.tiers === null || typeof options.tiers !== 'object' || Array.isArray(options.tiers)) {
+      fail('tiers', 'must be an object of tier names and limits, such as { pro: 5000 }', options.tiers);
+    }
+    if (typeof tier !== 'function')
+      fail('tier', "must be a function of the ExecutionContext naming one of 'tiers'", tier);
+    if (options.lease !== undefined) fail('tiers', "cannot be combined with 'lease'", options.tiers);
+    tiers = new Map();
+    for (const [tierName, limit] of Object.entries(options.tiers!)) {
+      if (!TIER_NAME.test(tierName))
+        fail(`tiers.${tierName}`, 'is not a tier name: 1 to 32 letters, digits, _ or -', tierName);
+      const given = typeof limit === 'number' ? { count: limit } : limit;
+      if (given === null || typeof given !== 'object') {
+        fail(`tiers.${tierName}`, 'must be a count, or an object of count, window and burst', limit);
+      }
+      tiers.set(tierName, {
+        tierName,
+        ...validateRule(
+          {
+            ...options,
+            count: given.count,
+            window: given.window ?? options.window,
+            burst: given.burst,
+            configKey: configKey === undefined ? undefined : `${configKey}.${tierName}`,
+            name,
+            tiers: undefined,
+            tier: undefined,
+          },
+          declaredOn,
+          defaultName,
+          `${subject}, tier '${tierName}'`,
+        ),
+      });
+    }
+    if (tiers.size === 0) fail('tiers', 'must name at least one tier', options.tiers);
+  } else if (tier !== undefined) fail('tier', "needs 'tiers' to pick from", tier);
+  const { nearLimit } = options;
+  if (nearLimit !== undefined && !(typeof nearLimit === 'number' && nearLimit > 0 && nearLimit < 1)) {
+    fail('nearLimit', 'must be a share of the limit above 0 and below 1 (0.8: 80%)', nearLimit);
+  }
   return {
     name: name!,
     keyId: ruleKeyId(name!),
@@ -225,6 +340,11 @@ export function validateRule(
     onStoreError,
     lease,
     mode,
+    skipIf,
+    allow: parsedAllow.list,
+    tiers,
+    tier: tiers ? tier : undefined,
+    nearLimit,
   };
 }
 
@@ -248,6 +368,9 @@ export function ruleOptions(rule: RateLimitRule): RateLimitOptions {
   if (rule.onStoreError !== undefined) options.onStoreError = rule.onStoreError;
   if (rule.lease > 0) options.lease = rule.lease;
   if (rule.mode !== undefined) options.mode = rule.mode;
+  if (rule.skipIf !== undefined) options.skipIf = rule.skipIf;
+  if (rule.allow !== undefined) options.allow = rule.allow.source;
+  if (rule.nearLimit !== undefined) options.nearLimit = rule.nearLimit;
   return options;
 }
 

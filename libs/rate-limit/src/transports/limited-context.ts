@@ -26,7 +26,7 @@ interface Addressed {
 
 /** A WebSocket client: socket.io's (`handshake`, `conn`) or `ws`'s (`_socket`). */
 interface WsClient {
-  handshake?: { address?: string };
+  handshake?: { address?: string; headers?: Record<string, string | string[] | undefined> };
   connected?: boolean;
   _socket?: { remoteAddress?: string; destroyed?: boolean };
   readyState?: number;
@@ -70,6 +70,19 @@ export function clientOf(context: ExecutionContext): { address: string | undefin
   const socket = request.socket ?? request.raw?.socket;
   if (!socket) return { address: request.ip, gone: true };
   return { address: request.ip ?? socket.remoteAddress, gone: connectionEnded(socket) };
+}
+
+/**
+ * The client's `User-Agent`: of the HTTP request (a GraphQL operation's too), or of the handshake
+ * of a socket.io client; undefined otherwise (a `ws` client keeps no headers).
+ */
+export function userAgentOf(context: ExecutionContext): string | undefined {
+  const headers =
+    context.getType<string>() === 'ws'
+      ? context.switchToWs().getClient<WsClient>().handshake?.headers
+      : (httpRequestOf(context) as { headers?: Record<string, string | string[] | undefined> } | undefined)?.headers;
+  const agent = headers?.['user-agent'];
+  return typeof agent === 'string' ? agent : undefined;
 }
 
 /**

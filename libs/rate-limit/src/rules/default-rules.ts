@@ -1,0 +1,111 @@
+import {
+  type RateLimitOptions,
+  type RateLimitRule,
+  RateLimitConfigurationError,
+  readsRequestAfterGuards,
+  validateRule,
+} from './rate-limit-rule.js';
+import { ruleKeyId } from '../store/key-layout.js';
+
+/** A rule of the module's `defaults`: a rule's options, and what its counter covers. */
+export interface RateLimitDefaultRule extends RateLimitOptions {
+  /**
+   * `'route'` (default, as `@nestjs/throttler` counts): each handler counts on a counter of its own;
+   * `'app'`: one counter per identity for every handler the rule covers.
+   */
+  scope?: 'route' | 'app';
+}
+
+/** A default rule after validation at bootstrap. */
+export interface DefaultRule {
+  readonly rule: RateLimitRule;
+  readonly scope: 'route' | 'app';
+}
+
+/** Injection token of the module's validated `defaults` (internal). */
+export const DEFAULT_RULES = Symbol('RATE_LIMIT_DEFAULT_RULES');
+
+/**
+ * The module's `defaults`, checked as decorators are, each named in messages as
+ * `RateLimitModule defaults[i]`. One rule may go without a name (it is `'default'`, as throttler
+ * names its own); several need one each, which is how `@SkipRateLimit('name')` and a decorator rule
+ * of that name replace them on a route.
+ */
+export function validateDefaultRules(defaults: unknown): DefaultRule[] {
+  if (defaults === undefined) return [];
+  if (!Array.isArray(defaults)) {
+    throw new RateLimitConfigurationError(
+      `RateLimitModule options: 'defaults' must be an array of rules ({ count, window, ... }), got ${typeof defaults}`,
+    );
+  }
+  const problems: string[] = [];
+  const rules: DefaultRule[] = [];
+  for (const [i, given] of (defaults as unknown[]).entries()) {
+    const subject = `RateLimitModule defaults[${i}]`;
+    if (given === null || typeof given !== 'object') {
+      problems.push(`${subject}: must be a rule's options ({ count, window, ... })`);
+      continue;
+    }
+    const { scope = 'route', ...options } = given as RateLimitDefaultRule;
+    if (scope !== 'route' && scope !== 'app') {
+      problems.push(`${subject}: 'scope' must be 'route' or 'app', got ${JSON.stringify(scope)}`);
+      continue;
+    }
+    if (options.name === undefined && defaults.length > 1) {
+      problems.push(
+        `${subject}: 'name' is needed when there are several defaults (one each, to skip or replace it by)`,
+      );
+      continue;
+    }
+    // No response to settle against on GraphQL and WebSocket handlers, which a default covers too.
+    if (options.countOn !== undefined && options.countOn !== 'all') {
+      problems.push(
+        `${subject}: 'countOn' applies to HTTP routes only, and a default covers every handler; put it on the routes`,
+      );
+      continue;
+    }
+    try {
+      const rule = validateRule(options, subject, 'default', subject);
+      if (rules.some((other) => other.rule.name === rule.name)) {
+        problems.push(
+          `${subject}: 'name' ${JSON.stringify(rule.name)} is used by two defaults; give each a distinct name`,
+        );
+      }
+      rules.push({ rule: { ...rule, fromDefaults: true }, scope });
+    } catch (error) {
+      if (!(error instanceof RateLimitConfigurationError)) throw error;
+      problems.push(...error.problems);
+    }
+  }
+  if (problems.length > 0) throw new RateLimitConfigurationError(problems);
+  return rules;
+}
+
+/**
+ * A default as it applies to one handler: the rule itself for `scope: 'app'`; for `'route'`, the rule
+ * with a counter of the route's own (its key id made of the route and the name, which no declared
+ * rule's name can produce: `#` is not allowed in names).
+ */
+export function defaultRuleFor(rule: DefaultRule, route: string): RateLimitRule {
+  return rule.scope === 'app' ? rule.rule : perRoute(rule.rule, route);
+}
+
+function perRoute(rule: RateLimitRule, route: string): RateLimitRule {
+  return { ...countedPerRoute(rule, route), declaredOn: `${rule.declaredOn} on ${route}` };
+}
+
+/**
+ * A rule counted on a counter of the route's own. A decorator rule that replaces a `'route'` default
+ * counts so too: it changes the route's thresholds, as `@Throttle` on a route does in throttler,
+ * and two routes replacing it never share a counter by the name they both give.
+ */
+export function countedPerRoute(rule: RateLimitRule, route: string): RateLimitRule {
+  const keyId = ruleKeyId(`${route}#${rule.name}`);
+  const tiers = rule.tiers && new Map([...rule.tiers].map(([tier, variant]) => [tier, { ...variant, keyId }]));
+  return { ...rule, keyId, tiers };
+}
+
+/** Whether a default needs `RateLimitInterceptor` on every route: it reads the request after the app's guards. */
+export function defaultsReadAfterGuards(rules: readonly DefaultRule[]): boolean {
+  return rules.some(({ rule }) => readsRequestAfterGuards(rule));
+}
