@@ -151,6 +151,43 @@ describe('limits changed live across three instances (processes)', () => {
     expect(usage.stderr).toMatch(/unknown command 'frobnicate'/);
   });
 
+  it('a ban from the CLI reaches every instance within a second, and ends; overrides are listed; both logged', async () => {
+    const banned = async (demo: DemoProcess) => (await fetch(`${demo.url}/ip`)).status === 403;
+    const ban = await limits('ban', 'LimitsController.byIp', '127.0.0.1', 'for=1h');
+    expect(ban.code).toBe(0);
+    const started = performance.now();
+    await until(async () => (await Promise.all(demos.map(banned))).every(Boolean), {
+      timeoutMs: PROPAGATION_BOUND_MS,
+      intervalMs: 10,
+      what: 'the ban on every instance',
+    });
+    expect(performance.now() - started).toBeLessThan(PROPAGATION_BOUND_MS);
+    const refused = await fetch(`${demos[1].url}/ip`);
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(3_500);
+    expect(JSON.parse((await limits('bans')).stdout)).toEqual([
+      { rule: 'LimitsController.byIp', identity: '127.0.0.1', until: expect.any(String) },
+    ]);
+
+    expect((await limits('unban', 'LimitsController.byIp', '127.0.0.1')).code).toBe(0);
+    await until(async () => (await Promise.all(demos.map(banned))).every((is) => !is), {
+      timeoutMs: PROPAGATION_BOUND_MS,
+      intervalMs: 10,
+      what: 'the ban lifted on every instance',
+    });
+
+    const override = await limits('set-override', 'demo.config', 'global', 'count=50', 'until=2099-01-01T00:00Z');
+    expect(override.code).toBe(2);
+    expect(override.stderr).toMatch(/'until' must be a time in the next 365 days/);
+    expect((await limits('set-override', 'demo.config', 'global', 'count=50', 'for=1d')).code).toBe(0);
+    expect(JSON.parse((await limits('overrides')).stdout)).toEqual([
+      { configKey: 'demo.config', identity: 'global', values: { count: 50 }, until: expect.any(String) },
+    ]);
+    expect((await limits('delete-override', 'demo.config', 'global')).code).toBe(0);
+    const changes = JSON.parse((await limits('changes', '4')).stdout) as { change: string; by: string }[];
+    expect(changes.map(({ change }) => change)).toEqual(['delete-override', 'set-override', 'unban', 'ban']);
+    expect(new Set(changes.map(({ by }) => by)).size).toBe(1);
+  });
+
   it('the admin endpoints refuse a wrong token', async () => {
     const response = await fetch(`${demos[0].url}/admin/limits`, { headers: { authorization: 'Bearer nope' } });
     expect(response.status).toBe(401);

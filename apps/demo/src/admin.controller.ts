@@ -14,6 +14,7 @@ import {
   Param,
   Patch,
   Post,
+  Put,
   Req,
   UnauthorizedException,
   UseGuards,
@@ -112,6 +113,17 @@ class AdminTokenGuard implements CanActivate {
   }
 }
 
+/** When a ban or an override ends: the body's `until` (a time) or `for` (a duration from now). */
+function endOf(body: { until?: unknown; for?: unknown } | undefined): string {
+  const end = body?.until ?? body?.for;
+  if (typeof end !== 'string' || (body?.until !== undefined && body?.for !== undefined)) {
+    throw new BadRequestException(
+      'Body: { "until": "<ISO 8601 time>" } or { "for": "<duration, such as 1h>" }, one of them',
+    );
+  }
+  return end;
+}
+
 function sameSecret(given: string, expected: string): boolean {
   const actual = Buffer.from(given);
   const wanted = Buffer.from(expected);
@@ -180,6 +192,65 @@ export class AdminController {
   async reset(@Param('rule') rule: string, @Param('identity') identity: string, @Req() request: AdminRequest) {
     await refusedAs400(() => this.limits.reset(rule, identity, { by: request.adminName }));
     return { reset: true };
+  }
+
+  /** The bans in force. */
+  @Get('bans')
+  bans() {
+    return refusedAs400(() => this.limits.bans());
+  }
+
+  /**
+   * Bans an identity on every instance, body `{ "until": "2026-12-31T23:59Z" }` or `{ "for": "1h" }`;
+   * rule `*` bans it under every rule (and, for an address, every route limited by one).
+   */
+  @Put('bans/:rule/:identity')
+  ban(
+    @Param('rule') rule: string,
+    @Param('identity') identity: string,
+    @Body() body: { until?: string; for?: string } | undefined,
+    @Req() request: AdminRequest,
+  ) {
+    return refusedAs400(() => this.limits.ban(rule, identity, endOf(body), { by: request.adminName }));
+  }
+
+  @Delete('bans/:rule/:identity')
+  async unban(@Param('rule') rule: string, @Param('identity') identity: string, @Req() request: AdminRequest) {
+    return { unbanned: await refusedAs400(() => this.limits.unban(rule, identity, { by: request.adminName })) };
+  }
+
+  /** The per-identity overrides in force. */
+  @Get('overrides')
+  overrides() {
+    return refusedAs400(() => this.limits.overrides());
+  }
+
+  /**
+   * An identity's own limit under a config key's rules, for a while: body
+   * `{ "count": 20000, "until": "2026-12-31T23:59Z" }` (or `"for": "7d"`; `window` too).
+   */
+  @Put('overrides/:configKey/:identity')
+  setOverride(
+    @Param('configKey') configKey: string,
+    @Param('identity') identity: string,
+    @Body() body: (RateLimitOverride & { until?: string; for?: string }) | undefined,
+    @Req() request: AdminRequest,
+  ) {
+    const { until: _until, for: _for, ...values } = body ?? {};
+    return refusedAs400(() =>
+      this.limits.setOverride(configKey, identity, values, endOf(body), { by: request.adminName }),
+    );
+  }
+
+  @Delete('overrides/:configKey/:identity')
+  async deleteOverride(
+    @Param('configKey') configKey: string,
+    @Param('identity') identity: string,
+    @Req() request: AdminRequest,
+  ) {
+    return {
+      deleted: await refusedAs400(() => this.limits.deleteOverride(configKey, identity, { by: request.adminName })),
+    };
   }
 
   /**

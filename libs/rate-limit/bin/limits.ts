@@ -9,6 +9,8 @@
  *   nest-rate-limit-limits inspect OrdersController.list 203.0.113.7
  *   nest-rate-limit-limits reset OrdersController.list 203.0.113.7
  *   nest-rate-limit-limits changes 20                                         # the latest changes, by whom
+ *   nest-rate-limit-limits ban '*' 203.0.113.7 for=1h                         # every rule, every instance
+ *   nest-rate-limit-limits set-override demo.config acme count=20000 until=2026-12-31T23:59Z
  *
  * Changes are logged with who made them: RATE_LIMIT_ACTOR, else `cli:<the OS user>`.
  * Reads REDIS_URL, or REDIS_SENTINELS + REDIS_SENTINEL_NAME, or REDIS_CLUSTER_NODES, and
@@ -30,7 +32,14 @@ const USAGE = `usage: nest-rate-limit-limits list
        nest-rate-limit-limits delete <configKey>
        nest-rate-limit-limits inspect <rule> <identity>
        nest-rate-limit-limits reset <rule> <identity>
-       nest-rate-limit-limits changes [<count>]                     (the latest live changes, newest first; default 20)`;
+       nest-rate-limit-limits changes [<count>]                     (the latest live changes, newest first; default 20)
+       nest-rate-limit-limits ban <rule|'*'> <identity> for=<duration>|until=<time>
+       nest-rate-limit-limits unban <rule|'*'> <identity>
+       nest-rate-limit-limits bans
+       nest-rate-limit-limits set-override <configKey> <identity> count=<n> window=<duration> for=<duration>|until=<time>
+       nest-rate-limit-limits delete-override <configKey> <identity>
+       nest-rate-limit-limits overrides
+  (set takes allow.addresses=10.0.0.0/8,2001:db8::/32 allow.identities=... allow.userAgents=...: one allow list)`;
 
 class UsageError extends Error {}
 
@@ -47,6 +56,41 @@ function actor(): string {
 
 type Command = (admin: RateLimitManagementService) => Promise<unknown>;
 
+/**
+ * `field=value` arguments. `allow.addresses=a,b` (and `allow.identities`, `allow.userAgents`) make
+ * up one `allow` list, replacing the key's; `allow=` unsets it.
+ */
+function fieldsOf(command: string, pairs: readonly string[]): Map<string, unknown> {
+  const values = new Map<string, unknown>();
+  for (const pair of pairs) {
+    const at = pair.indexOf('=');
+    if (at <= 0) throw new UsageError(`${command}: '${pair}' is not field=value`);
+    const [field, value] = [pair.slice(0, at), pair.slice(at + 1)];
+    // A bare number is milliseconds to the API, which an operator typing window=60 rarely means.
+    if ((field === 'window' || field === 'for') && /^\s*\d+(\.\d+)?\s*$/.test(value)) {
+      throw new UsageError(
+        `${command}: ${field}=${value} has no unit (a bare number would be ${value.trim()} ms); give one: ${field}=${value.trim()}s, ${field}=500ms, ${field}=1m`,
+      );
+    }
+    if (field.startsWith('allow.')) {
+      const allow = (values.get('allow') as Record<string, string[]> | undefined) ?? {};
+      allow[field.slice('allow.'.length)] = value.split(',').filter((entry) => entry !== '');
+      values.set('allow', allow);
+    } else values.set(field, value);
+  }
+  return values;
+}
+
+/** When a ban or an override ends: `for=<duration>` from now, or `until=<ISO 8601 time>`. */
+function endOf(command: string, fields: Map<string, unknown>): string {
+  const span = fields.get('for');
+  const until = fields.get('until');
+  if ((span === undefined) === (until === undefined)) {
+    throw new UsageError(`${command}: give for=<duration> (1h, 7d) or until=<time> (2026-12-31T23:59Z), one of them`);
+  }
+  return String(span ?? until);
+}
+
 /** The command the arguments ask for, checked before Redis is asked anything. */
 function parse([command, ...args]: string[]): Command {
   const want = (count: number) => {
@@ -62,22 +106,42 @@ function parse([command, ...args]: string[]): Command {
     case 'set': {
       if (args.length < 2) throw new UsageError('set: give a config key and at least one field=value');
       const [configKey, ...pairs] = args;
-      const values = new Map<string, string>();
-      for (const pair of pairs) {
-        const at = pair.indexOf('=');
-        if (at <= 0) throw new UsageError(`set: '${pair}' is not field=value`);
-        const [field, value] = [pair.slice(0, at), pair.slice(at + 1)];
-        // A bare number is milliseconds to the API, which an operator typing window=60 rarely means.
-        if (field === 'window' && /^\s*\d+(\.\d+)?\s*$/.test(value)) {
-          throw new UsageError(
-            `set: window=${value} has no unit (a bare number would be ${value.trim()} ms); give one: window=${value.trim()}s, window=500ms, window=1m`,
-          );
-        }
-        values.set(field, value);
-      }
+      const values = fieldsOf('set', pairs);
       // Defined, not assigned: a field named __proto__ stays a field, and is refused as one.
       return (admin) => admin.set(configKey, Object.fromEntries(values), { by: actor() });
     }
+    case 'ban': {
+      if (args.length !== 3)
+        throw new UsageError("ban: give a rule (or '*'), an identity, and for=<duration> or until=<time>");
+      const [rule, identity, end] = args;
+      const until = endOf('ban', fieldsOf('ban', [end]));
+      return (admin) => admin.ban(rule, identity, until, { by: actor() });
+    }
+    case 'unban':
+      want(2);
+      return async (admin) => ({ unbanned: await admin.unban(args[0], args[1], { by: actor() }) });
+    case 'bans':
+      want(0);
+      return (admin) => admin.bans();
+    case 'set-override': {
+      if (args.length < 4) {
+        throw new UsageError(
+          'set-override: give a config key, an identity, count=/window= and for=<duration> or until=<time>',
+        );
+      }
+      const [configKey, identity, ...pairs] = args;
+      const fields = fieldsOf('set-override', pairs);
+      const until = endOf('set-override', fields);
+      fields.delete('for');
+      fields.delete('until');
+      return (admin) => admin.setOverride(configKey, identity, Object.fromEntries(fields), until, { by: actor() });
+    }
+    case 'delete-override':
+      want(2);
+      return async (admin) => ({ deleted: await admin.deleteOverride(args[0], args[1], { by: actor() }) });
+    case 'overrides':
+      want(0);
+      return (admin) => admin.overrides();
     case 'delete':
       want(1);
       return async (admin) => ({ deleted: await admin.delete(args[0], { by: actor() }) });

@@ -35,7 +35,12 @@ export type { RateLimitAlgorithmName } from './algorithms/algorithm.js';
 // HTTP: the guard, the interceptor, the 429; the rejections of GraphQL and WebSocket.
 export { RateLimitGuard } from './http/rate-limit.guard.js';
 export { RateLimitInterceptor } from './http/rate-limit.interceptor.js';
-export { RateLimitException, type RateLimitExceptionBody } from './limiter/rate-limit-outcome.js';
+export {
+  RateLimitException,
+  type RateLimitExceptionBody,
+  RateLimitBannedException,
+  type RateLimitBannedExceptionBody,
+} from './limiter/rate-limit-outcome.js';
 export {
   RateLimitGraphQLError,
   type RateLimitGraphQLExtensions,

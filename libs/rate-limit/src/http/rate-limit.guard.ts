@@ -9,7 +9,9 @@ import {
 import { HttpAdapterHost } from '@nestjs/core';
 import type { ServerResponse } from 'node:http';
 import {
+  RateLimitBannedException,
   RateLimitException,
+  banMessage,
   type RateLimitOutcome,
   type RuleDecision,
   rateLimitHeaders,
@@ -153,6 +155,13 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
   ): boolean | Promise<boolean> {
     if (outcome.allowed) return true;
     const rejected = outcome.reported!;
+    if (outcome.banned && transport === 'graphql') {
+      this.setRetryAfter(context, rejected);
+      const retryAfter = retryAfterSeconds(rejected);
+      throw withoutStack(
+        () => new RateLimitGraphQLError(retryAfter, rejected.rule.name, banMessage(rejected.rule.name, retryAfter)),
+      );
+    }
     if (transport === 'ws') {
       return loadWsRejection().then((reject) => {
         const message = context.switchToWs();
@@ -169,6 +178,11 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     // call adds to the context each time.
     const response = context.getArgByIndex<object>(1);
     const { reported } = outcome;
+    if (outcome.banned) {
+      const retryAfter = retryAfterSeconds(reported!);
+      this.adapterHost.httpAdapter.setHeader(response, 'Retry-After', String(retryAfter));
+      throw withoutStack(() => new RateLimitBannedException(retryAfter, reported!.rule.name, this.options.bans.status));
+    }
     // None is reported when the fallback admitted on every rule (Redis out), and a refusal the
     // fallback decided has no figures worth sending: only when to retry.
     if (reported) {

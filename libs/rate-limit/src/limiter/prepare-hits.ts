@@ -8,6 +8,7 @@ import type { RateLimitHit } from '../store/rate-limit-store.js';
 import { clientAddressIdentity, clientOf, userAgentOf } from '../transports/limited-context.js';
 import type { AllowList } from '../rules/allow-list.js';
 import { type ExemptionProblems, skips } from './exemptions.js';
+import type { IdentityControls } from './identity-controls.js';
 
 /** nginx's status for a client that closed the connection first; nobody receives it, logs show it. */
 const CLIENT_CLOSED = 499;
@@ -36,6 +37,9 @@ export class HitPreparation {
     private readonly ipv6PrefixBits: number,
     moduleMode: RateLimitMode,
     private readonly problems: ExemptionProblems,
+    /** Per-identity overrides, when the config centre keeps them. */
+    private readonly controls: IdentityControls | undefined = undefined,
+    private readonly now: () => number = Date.now,
   ) {
     this.thresholds = new RuleThresholds(configCentre, moduleMode);
   }
@@ -151,7 +155,13 @@ export class HitPreparation {
     return rule.by === 'ip' ? clientAddressIdentity(identity, this.ipv6PrefixBits) : identity;
   }
 
-  private prepared(rule: RateLimitRule, thresholds: Thresholds, identity: string | null, cost: number): PreparedRule {
+  private prepared(rule: RateLimitRule, given: Thresholds, identity: string | null, cost: number): PreparedRule {
+    let thresholds = given;
+    // An identity's own thresholds, set live for a while (`RateLimitManagementService.setOverride`).
+    if (this.controls?.anyOverrides && rule.configKey !== undefined && identity !== null) {
+      const values = this.controls.overrideOf(rule.configKey, identity, this.now());
+      if (values) thresholds = this.thresholds.forIdentity(rule, values);
+    }
     return {
       rule,
       identity: identity ?? ANONYMOUS_IDENTITY,
@@ -248,6 +258,11 @@ export class RuleThresholds {
   private readonly declared = new WeakMap<RateLimitRule, Thresholds>();
   /** The thresholds last made of a centre's values, by the object that held them. */
   private readonly overridden = new WeakMap<RateLimitRule, { override: RateLimitOverride; thresholds: Thresholds }>();
+  /** Per identity's values (`forIdentity`), per rule: the thresholds, and the centre's values they were made over. */
+  private readonly perIdentity = new WeakMap<
+    RateLimitOverride,
+    WeakMap<RateLimitRule, { centre: RateLimitOverride | undefined; thresholds: Thresholds }>
+  >();
 
   constructor(
     private readonly centre: Pick<RateLimitConfigCentre, 'get'>,
@@ -280,6 +295,26 @@ export class RuleThresholds {
     if (last?.override === override) return last.thresholds;
     const thresholds = this.withOverride(rule, override) ?? declared;
     this.overridden.set(rule, { override, thresholds });
+    return thresholds;
+  }
+
+  /**
+   * The thresholds of an identity with values of its own for the rule's key: those values over the
+   * centre's for the key, checked as `resolve` checks them (once per values object).
+   */
+  forIdentity(rule: RateLimitRule, values: RateLimitOverride): Thresholds {
+    let byRule = this.perIdentity.get(values);
+    if (!byRule) this.perIdentity.set(values, (byRule = new WeakMap()));
+    let centre: RateLimitOverride | undefined;
+    try {
+      centre = this.centre.get(rule.configKey!) ?? undefined;
+    } catch {
+      centre = undefined; // said by `resolve`, which the request has been through
+    }
+    const last = byRule.get(rule);
+    if (last && last.centre === centre) return last.thresholds;
+    const thresholds = this.withOverride(rule, { ...centre, ...values }) ?? this.resolve(rule);
+    byRule.set(rule, { centre, thresholds });
     return thresholds;
   }
 

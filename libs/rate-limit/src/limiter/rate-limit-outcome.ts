@@ -53,6 +53,8 @@ export interface RateLimitOutcome {
   conditional: readonly ConditionalUnits[];
   /** Set when the store failed and this policy decided the request. */
   storeError?: RateLimitStoreErrorPolicy;
+  /** Set when a ban refused the request (`RateLimitManagementService.ban`); `reported.resetMs` says until when. */
+  banned?: true;
 }
 
 /** Units that stay counted only if the response ends as `countOn` says. */
@@ -182,6 +184,41 @@ export class RateLimitException extends HttpException {
     };
     super(body, HttpStatus.TOO_MANY_REQUESTS);
   }
+}
+
+/** The JSON body of a `RateLimitBannedException`. */
+export interface RateLimitBannedExceptionBody {
+  statusCode: 403 | 429;
+  error: 'Forbidden' | 'Too Many Requests';
+  message: string;
+  /** Seconds until the ban ends (the `Retry-After` header's value). */
+  retryAfter: number;
+}
+
+/**
+ * The 403 (or, with `bans: { status: 429 }`, the 429) of a banned identity: `Retry-After` says when
+ * the ban ends.
+ */
+export class RateLimitBannedException extends HttpException {
+  constructor(
+    readonly retryAfterSeconds: number,
+    /** The rule the ban is on (`'*'`: every rule), or the rule of the request it refused. */
+    readonly ruleName: string,
+    status: 403 | 429 = HttpStatus.FORBIDDEN,
+  ) {
+    const body: RateLimitBannedExceptionBody = {
+      statusCode: status,
+      error: status === HttpStatus.FORBIDDEN ? 'Forbidden' : 'Too Many Requests',
+      message: banMessage(ruleName, retryAfterSeconds),
+      retryAfter: retryAfterSeconds,
+    };
+    super(body, status);
+  }
+}
+
+/** What a refusal by a ban says. */
+export function banMessage(rule: string, retryAfterSeconds: number): string {
+  return `Refused: banned (rate limit '${rule}'); retry in ${retryAfterSeconds} s`;
 }
 
 /** What every rejection says, over HTTP, GraphQL and WebSocket alike. */

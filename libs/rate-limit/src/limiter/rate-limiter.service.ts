@@ -22,7 +22,8 @@ import type { AllowList } from '../rules/allow-list.js';
 import type { RateLimitInspection } from './rate-limit-inspection.js';
 import { CountOnWaits } from './count-on-waits.js';
 import { consumeEnforced } from './shadow-rules.js';
-import { clientOf } from '../transports/limited-context.js';
+import { clientAddressIdentity, clientOf } from '../transports/limited-context.js';
+import { EVERY_RULE, type IdentityControls } from './identity-controls.js';
 import { HitPreparation, type PreparedRule } from './prepare-hits.js';
 import { ExemptionProblems, ModuleExemptions } from './exemptions.js';
 import {
@@ -45,6 +46,9 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   private readonly rejections: SampledLogger | undefined;
   private readonly countOn: CountOnWaits;
   private readonly exemptionProblems = new ExemptionProblems();
+  /** Bans and per-identity overrides, when the config centre keeps them (a live one). */
+  private readonly controls: IdentityControls | undefined;
+  private readonly clock: () => number;
   /** The module's `onNearLimit`, wrapped so that it never throws into a request. */
   private readonly onNearLimit: ((event: RateLimitNearLimitEvent) => void) | undefined;
   /** The module's `allow` and `skipIf`; none when neither is given, and nothing is asked per request. */
@@ -62,12 +66,16 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     @Optional() @Inject(LeasingStore) private readonly leasing: LeasingStore | null = null,
   ) {
     this.countOn = new CountOnWaits(options.countOn.inFlightWaitMs);
+    this.controls = configCentre.identityControls();
+    this.clock = options.clock ?? Date.now;
     this.hits = new HitPreparation(
       configCentre,
       options.keyPrefix,
       options.ipv6PrefixBits,
       options.mode,
       this.exemptionProblems,
+      this.controls,
+      this.clock,
     );
     const { onNearLimit } = options;
     if (onNearLimit) {
@@ -270,6 +278,10 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
    */
   private decide(prepared: readonly PreparedRule[], context: ExecutionContext | undefined): Promise<RateLimitOutcome> {
     if (prepared.length === 0) return Promise.resolve(rateLimitOutcome([], true, []));
+    if (this.controls?.anyBans) {
+      const banned = this.bannedOutcome(prepared, context);
+      if (banned) return Promise.resolve(banned);
+    }
     for (const { hit, thresholds } of prepared) {
       if (hit.conditional || thresholds.mode === 'shadow') {
         return this.decideAsking(prepared, context ? () => clientOf(context).gone : neverGone);
@@ -341,6 +353,53 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       }
     }
     return rateLimitOutcome(decisions, consumption.allowed, conditional, consumption.storeError);
+  }
+
+  /**
+   * Refused without a store call when an identity the request is counted under is banned by one of
+   * its rules (or by every rule, `'*'`; the client's address too, for HTTP, GraphQL and WebSocket):
+   * the ban that ends last says when to retry.
+   */
+  private bannedOutcome(
+    prepared: readonly PreparedRule[],
+    context: ExecutionContext | undefined,
+  ): RateLimitOutcome | undefined {
+    const controls = this.controls!;
+    const now = this.clock();
+    let until = 0;
+    let by: PreparedRule | undefined;
+    for (const p of prepared) {
+      const ends = controls.banUntil(p.rule.name, p.identity, now);
+      if (ends !== undefined && ends > until) [until, by] = [ends, p];
+    }
+    if (context) {
+      const { address } = clientOf(context);
+      const ends =
+        address && controls.banUntil(EVERY_RULE, clientAddressIdentity(address, this.options.ipv6PrefixBits), now);
+      if (ends && ends > until) [until, by] = [ends, prepared[0]];
+    }
+    if (!by) return undefined;
+    const { rule, identity, thresholds, hit } = by;
+    const decision: RuleDecision = {
+      allowed: false,
+      limit: hit.limit,
+      remaining: 0,
+      resetMs: until - now,
+      rule,
+      identity,
+      windowMs: thresholds.windowMs,
+      cost: hit.cost,
+      fallback: false,
+      mode: 'enforce',
+    };
+    this.rejections?.record(
+      `ban:${rule.name}:${identity}`,
+      () => `Refused a banned identity ${identity} (rule ${rule.name})`,
+    );
+    const outcome = rateLimitOutcome([decision], false, []);
+    outcome.banned = true;
+    this.metrics?.decided(outcome);
+    return outcome;
   }
 
   /** Shadow lines are sampled apart, so trying a limit never hides an enforced one's lines. */

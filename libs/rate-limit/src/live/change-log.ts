@@ -7,14 +7,17 @@ export interface RateLimitChange {
   at: string;
   /** Who made it, as the caller named them (`{ by }`): the CLI's user, an admin endpoint's caller. */
   by: string;
-  change: 'set' | 'delete' | 'reset';
-  /** `set`, `delete`: the config key. */
+  change: 'set' | 'delete' | 'reset' | 'ban' | 'unban' | 'set-override' | 'delete-override';
+  /** `set`, `delete`, `set-override`, `delete-override`: the config key. */
   configKey?: string;
-  /** `set`: the values written. */
+  /** `set`, `set-override`: the values written. */
   values?: Record<string, unknown>;
-  /** `reset`: the rules and the identity. */
+  /** `reset`, `ban`, `unban`: the rules (`'*'`: every rule). */
   rules?: string[];
+  /** `reset`, `ban`, `unban`, `set-override`, `delete-override`: the identity. */
   identity?: string;
+  /** `ban`, `set-override`: when it ends (ISO 8601). */
+  until?: string;
 }
 
 /** Changes kept, newest first: a few months of an operator's changes, a few hundred KB at most. */

@@ -14,3 +14,4 @@ export {
   type RateLimitRuleLimits,
 } from './rate-limit-management.service.js';
 export type { RateLimitChange } from './change-log.js';
+export type { RateLimitBan, RateLimitIdentityOverride } from './identity-entries.js';

@@ -19,6 +19,7 @@ export abstract class LiveConfigCentre extends RateLimitConfigCentre {
   /**
    * @param identities the bans and per-identity overrides this centre keeps (written through
    *   `RateLimitManagementService`), where the limits are.
+   * @internal
    */
   constructor(
     private readonly base: RateLimitConfigCentre | undefined,

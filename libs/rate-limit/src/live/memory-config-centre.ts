@@ -4,7 +4,7 @@ import { APP_CONFIG_SERVICE } from './app-config.js';
 import { LiveConfigCentre } from './live-config-centre.js';
 import { NestConfigCentre } from './nest-config-centre.js';
 import { IdentityEntries } from './identity-entries.js';
-import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
+import { RESOLVED_RATE_LIMIT_OPTIONS } from '../module/options.js';
 import type { RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
 
 /**
@@ -18,7 +18,8 @@ export class MemoryConfigCentre extends LiveConfigCentre {
 
   constructor(
     @Optional() @Inject(APP_CONFIG_SERVICE) config?: ConfigService | null,
-    @Optional() @Inject(RESOLVED_RATE_LIMIT_OPTIONS) options?: ResolvedRateLimitOptions | null,
+    // The module's key prefix and clock, which bans and overrides end on.
+    @Optional() @Inject(RESOLVED_RATE_LIMIT_OPTIONS) options?: { keyPrefix?: string; clock?: () => number } | null,
   ) {
     super(
       config ? new NestConfigCentre(config) : undefined,

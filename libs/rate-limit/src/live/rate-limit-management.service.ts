@@ -16,6 +16,11 @@ import { RuleCatalogue } from './rule-catalogue.js';
 import { ChangeLog, type RateLimitChange } from './change-log.js';
 import type { RateLimitAlgorithmName } from '../algorithms/algorithm.js';
 import type { RateLimitMode } from '../rules/rate-limit-rule.js';
+import { isIP } from 'node:net';
+import { EVERY_RULE } from '../limiter/identity-controls.js';
+import { MAX_DURATION_MS, parseDuration } from '../rules/duration.js';
+import { clientAddressIdentity } from '../transports/limited-context.js';
+import type { RateLimitBan, RateLimitIdentityOverride } from './identity-entries.js';
 
 /** Who makes a change (`set`, `delete`, `reset`), for the change log: the CLI's user, an admin endpoint's caller. */
 export interface RateLimitChangeAuthor {
@@ -206,6 +211,142 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
   }
 
   /**
+   * Refuses an identity on every instance until `until`, without a store call per request: under one
+   * rule (by name), or under every rule, `'*'` (the client address too, for an address). `until`: a
+   * `Date`, an ISO 8601 time, or a duration from now (`'1h'`); at most 365 days: every ban ends.
+   * An identity of a rule counted by client address is the address as that rule counts it.
+   */
+  async ban(rule: string, identity: string, until: Date | string | number, author?: RateLimitChangeAuthor) {
+    const entries = this.live('ban').identities;
+    const ruleName = await this.ruleOrEvery(rule, 'ban');
+    const counted = this.identityAsCounted(ruleName, identity, 'ban');
+    const ends = this.endOf(until, 'ban');
+    await this.permitted('ban', async () => {
+      await this.record(author, {
+        change: 'ban',
+        rules: [ruleName],
+        identity: counted,
+        until: new Date(ends).toISOString(),
+      });
+      await entries.ban(ruleName, counted, ends);
+    });
+    return { rule: ruleName, identity: counted, until: new Date(ends).toISOString() };
+  }
+
+  /** Lifts a ban on every instance; false when there was none. */
+  async unban(rule: string, identity: string, author?: RateLimitChangeAuthor): Promise<boolean> {
+    const entries = this.live('unban').identities;
+    const ruleName = await this.ruleOrEvery(rule, 'unban');
+    const counted = this.identityAsCounted(ruleName, identity, 'unban');
+    return this.permitted('unban', async () => {
+      await this.record(author, { change: 'unban', rules: [ruleName], identity: counted });
+      return entries.unban(ruleName, counted);
+    });
+  }
+
+  /** The bans in force. */
+  bans(): Promise<RateLimitBan[]> {
+    return this.permitted('bans', () => this.live('bans').identities.listBans(), '');
+  }
+
+  /**
+   * Gives one identity its own `count` and `window` under a config key's rules until `until` (as
+   * `ban` takes it): `setOverride('orders', 'acme', { count: 20000 }, '2026-12-31T23:59Z')`. Checked
+   * as any limit is, against every rule of the key; on every instance within a second, and gone by
+   * itself when it ends.
+   */
+  async setOverride(
+    configKey: string,
+    identity: string,
+    values: RateLimitOverride,
+    until: Date | string | number,
+    author?: RateLimitChangeAuthor,
+  ): Promise<RateLimitIdentityOverride> {
+    const entries = this.live('setOverride').identities;
+    const rules = await this.rulesReading(configKey);
+    checkIdentityGiven(identity, 'setOverride');
+    const subject = `RateLimitManagementService.setOverride`;
+    const given = Object.fromEntries(Object.entries(values ?? {}).filter(([, value]) => value !== undefined));
+    const others = Object.keys(given).filter((field) => field !== 'count' && field !== 'window');
+    throwProblems(
+      subject,
+      others.map((field) => `'${field}' cannot be set per identity (only count and window)`),
+    );
+    if (Object.keys(given).length === 0) throwProblems(subject, ["give 'count', 'window' or both"]);
+    throwProblems(subject, checkLimitValues(configKey, given, rules));
+    const written = settingsAsOverride(parseLimitSettings(given).settings);
+    const ends = this.endOf(until, 'setOverride');
+    const entry = { configKey, identity, values: written, until: new Date(ends).toISOString() };
+    await this.permitted('setOverride', async () => {
+      await this.record(author, {
+        change: 'set-override',
+        configKey,
+        identity,
+        values: { ...written },
+        until: entry.until,
+      });
+      await entries.setOverride(configKey, identity, written, ends);
+    });
+    return entry;
+  }
+
+  /** Ends an identity's override before its time; false when there was none. */
+  async deleteOverride(configKey: string, identity: string, author?: RateLimitChangeAuthor): Promise<boolean> {
+    const entries = this.live('deleteOverride').identities;
+    checkIdentityGiven(identity, 'deleteOverride');
+    return this.permitted('deleteOverride', async () => {
+      await this.record(author, { change: 'delete-override', configKey, identity });
+      return entries.deleteOverride(configKey, identity);
+    });
+  }
+
+  /** The per-identity overrides in force. */
+  overrides(): Promise<RateLimitIdentityOverride[]> {
+    return this.permitted('overrides', () => this.live('overrides').identities.listOverrides(), '');
+  }
+
+  /** A rule's name, or `'*'`; throws for a name no rule has. */
+  private async ruleOrEvery(rule: string, method: string): Promise<string> {
+    if (rule === EVERY_RULE) return rule;
+    if (typeof rule !== 'string' || rule === '') {
+      throw new RateLimitConfigurationError(
+        `RateLimitManagementService.${method}: 'rule' must be a rule's name or '*'`,
+      );
+    }
+    await this.ruleNamed(rule);
+    return rule;
+  }
+
+  /** The identity as the rule counts it: an address in the form a `by: 'ip'` rule keys it (IPv6 per prefix). */
+  private identityAsCounted(rule: string, identity: string, method: string): string {
+    checkIdentityGiven(identity, method);
+    const byAddress =
+      isIP(identity) !== 0 &&
+      (rule === EVERY_RULE || this.registry.all().some((each) => each.name === rule && each.by === 'ip'));
+    return byAddress ? clientAddressIdentity(identity, this.options.ipv6PrefixBits) : identity;
+  }
+
+  /** When an entry given `until` ends, in ms on the module's clock; throws unless in the next 365 days. */
+  private endOf(until: Date | string | number, method: string): number {
+    const now = this.options.clock?.() ?? Date.now();
+    let ends: number | undefined;
+    if (until instanceof Date) ends = until.getTime();
+    else if (
+      typeof until === 'number' ||
+      (typeof until === 'string' && /^\s*\d+(\.\d+)?\s*(ms|s|m|h|d)?\s*$/.test(until))
+    ) {
+      const ms = parseDuration(until);
+      ends = ms === undefined ? undefined : now + ms;
+    } else if (typeof until === 'string') ends = Date.parse(until);
+    if (ends === undefined || !Number.isFinite(ends) || ends <= now || ends - now > MAX_DURATION_MS) {
+      throw new RateLimitConfigurationError(
+        `RateLimitManagementService.${method}: 'until' must be a time in the next 365 days (a Date, an ISO 8601 time such as '2026-12-31T23:59Z') or a duration from now ('1h', '7d'), got ${JSON.stringify(until)}`,
+      );
+    }
+    return ends;
+  }
+
+  /**
    * The latest changes made through this service (on any instance, and the CLI, where the limits
    * are in Redis), newest first: what, by whom, when. At most 1,000 are kept.
    */
@@ -359,4 +500,12 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
 
 function limitsOf({ count, windowMs, algorithm, mode }: Thresholds): RateLimitRuleLimits {
   return { count, windowMs, algorithm, mode };
+}
+
+function checkIdentityGiven(identity: unknown, method: string): void {
+  if (typeof identity !== 'string' || identity === '' || identity.length > 512) {
+    throw new RateLimitConfigurationError(
+      `RateLimitManagementService.${method}: 'identity' must be a non-empty string of at most 512 characters`,
+    );
+  }
 }

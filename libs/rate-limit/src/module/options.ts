@@ -170,6 +170,11 @@ export interface RateLimitModuleOptions {
    * sampling and the request goes on.
    */
   onNearLimit?: (event: RateLimitNearLimitEvent) => void | Promise<void>;
+  /**
+   * Identities banned while the app runs (`RateLimitManagementService.ban`, the CLI): refused with
+   * `status`, 403 (default) or 429, and `Retry-After` until the ban ends.
+   */
+  bans?: { status?: 403 | 429 };
 
   // Inputs.
   /** Where run-time thresholds come from. Default: `@nestjs/config`'s `ConfigService` (see `NestConfigCentre`). */
@@ -260,6 +265,7 @@ export interface ResolvedRateLimitOptions {
   allow: { list: AllowList | undefined; configKey: string | undefined } | undefined;
   skipIf: RateLimitSkipIf | undefined;
   onNearLimit: ((event: RateLimitNearLimitEvent) => void | Promise<void>) | undefined;
+  bans: { status: 403 | 429 };
 }
 
 /** Injection token of the `ResolvedRateLimitOptions` (internal). */

@@ -27,7 +27,7 @@ const FIELDS = {
   '': [
     'redis', 'store', 'memoryStore', 'blockCache', 'keyPrefix', 'storeErrors', 'failover', 'countOn',
     'headers', 'logging', 'configCentre', 'liveConfig', 'mode', 'metrics', 'ipv6PrefixBits', 'clock',
-    'allow', 'skipIf', 'onNearLimit', 'isGlobal', 'globalGuard', 'defaults',
+    'allow', 'skipIf', 'onNearLimit', 'bans', 'isGlobal', 'globalGuard', 'defaults',
   ],
   liveConfig: ['refreshMs'],
   metrics: ['registry', 'prefix'],
@@ -39,6 +39,7 @@ const FIELDS = {
   'failover.waitForReplicas': ['replicas', 'timeoutMs'],
   countOn: ['inFlightWaitMs'],
   logging: ['level'],
+  bans: ['status'],
 } as const;
 
 /** Options of 0.2 that 0.3 fixed as constants (`defaults.ts`): what each now is, so an upgrade is told. */
@@ -276,5 +277,6 @@ export function resolveModuleOptions(
     allow,
     skipIf,
     onNearLimit,
+    bans: { status: oneOf('bans.status', group('bans', options.bans).status, [403, 429] as const, 403) },
   };
 }
