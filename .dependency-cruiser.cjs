@@ -87,6 +87,8 @@ module.exports = {
         // guard should pass the address in (or the client reading move to limiter/). Hot path: its owner.
         ['limiter/prepare-hits.ts', '(transports|guard)/limited-context\\.ts'],
         ['limiter/rate-limiter.service.ts', '(transports|guard)/limited-context\\.ts'],
+        // The module-wide allow list reads the client address and user agent the same way.
+        ['limiter/exemptions.ts', '(transports|guard)/limited-context\\.ts'],
       ],
     }),
     ...layerRule({

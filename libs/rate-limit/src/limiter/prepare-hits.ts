@@ -8,7 +8,7 @@ import type { RateLimitHit } from '../store/rate-limit-store.js';
 import { clientAddressIdentity, clientOf, userAgentOf } from '../transports/limited-context.js';
 import type { AllowList } from '../rules/allow-list.js';
 import { type ExemptionProblems, skips } from './exemptions.js';
-import type { IdentityControls } from './identity-controls.js';
+import type { IdentityControls } from './rate-limit-config-centre.js';
 
 /** nginx's status for a client that closed the connection first; nobody receives it, logs show it. */
 const CLIENT_CLOSED = 499;

@@ -23,7 +23,7 @@ import type { RateLimitInspection } from './rate-limit-inspection.js';
 import { CountOnWaits } from './count-on-waits.js';
 import { consumeEnforced } from './shadow-rules.js';
 import { clientAddressIdentity, clientOf } from '../transports/limited-context.js';
-import { EVERY_RULE, type IdentityControls } from './identity-controls.js';
+import { EVERY_RULE, type IdentityControls } from './rate-limit-config-centre.js';
 import { HitPreparation, type PreparedRule } from './prepare-hits.js';
 import { ExemptionProblems, ModuleExemptions } from './exemptions.js';
 import {

@@ -17,7 +17,7 @@ import { ChangeLog, type RateLimitChange } from './change-log.js';
 import type { RateLimitAlgorithmName } from '../algorithms/algorithm.js';
 import type { RateLimitMode } from '../rules/rate-limit-rule.js';
 import { isIP } from 'node:net';
-import { EVERY_RULE } from '../limiter/identity-controls.js';
+import { EVERY_RULE } from '../limiter/rate-limit-config-centre.js';
 import { MAX_DURATION_MS, parseDuration } from '../rules/duration.js';
 import { clientAddressIdentity } from '../transports/limited-context.js';
 import type { RateLimitBan, RateLimitIdentityOverride } from './identity-entries.js';
