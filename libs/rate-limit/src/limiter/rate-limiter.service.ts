@@ -8,7 +8,7 @@ import {
   Optional,
 } from '@nestjs/common';
 import { type DecisionObserver, RATE_LIMIT_METRICS } from './decision-observer.js';
-import { RateLimitConfigCentre } from './rate-limit-config-centre.js';
+import { EVERY_RULE, type IdentityControls, RateLimitConfigCentre } from './rate-limit-config-centre.js';
 import { SampledLogger } from '../logging/sampled-logger.js';
 import { StoreProblemLog, describeError } from '../logging/store-problem-log.js';
 import { REJECTION_LOG_MAX_KEYS } from '../module/defaults.js';
@@ -23,7 +23,6 @@ import type { RateLimitInspection } from './rate-limit-inspection.js';
 import { CountOnWaits } from './count-on-waits.js';
 import { consumeEnforced } from './shadow-rules.js';
 import { clientAddressIdentity, clientOf } from '../transports/limited-context.js';
-import { EVERY_RULE, type IdentityControls } from './rate-limit-config-centre.js';
 import { HitPreparation, type PreparedRule } from './prepare-hits.js';
 import { ExemptionProblems, ModuleExemptions } from './exemptions.js';
 import {

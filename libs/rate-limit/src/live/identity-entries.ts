@@ -1,5 +1,4 @@
-import type { RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
-import { EVERY_RULE, type IdentityControls } from '../limiter/rate-limit-config-centre.js';
+import { EVERY_RULE, type IdentityControls, type RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
 import type { RedisService } from '../redis/redis.service.js';
 import { liveConfigKeys } from '../store/key-layout.js';
 import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';

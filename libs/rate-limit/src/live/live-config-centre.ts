@@ -1,6 +1,8 @@
-import type { RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
-import { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
-import type { IdentityControls } from '../limiter/rate-limit-config-centre.js';
+import {
+  type IdentityControls,
+  RateLimitConfigCentre,
+  type RateLimitOverride,
+} from '../limiter/rate-limit-config-centre.js';
 import type { IdentityEntries } from './identity-entries.js';
 
 /**
