@@ -71,6 +71,22 @@ describeStores('the demo app’s documented endpoints', (store) => {
     await request(app.getHttpServer()).get('/ping').expect(429);
   });
 
+  it('GET /reports: per tenant and plan; internal callers not counted', async () => {
+    await start();
+    const tenant = (name: string, plan?: string) => ({ 'x-tenant': name, ...(plan ? { 'x-plan': plan } : {}) });
+    expect(await statuses(app, '/reports', 6, tenant('acme'))).toEqual([...repeat(200, 5), 429]);
+    expect(await statuses(app, '/reports', 21, tenant('globex', 'pro'))).toEqual([...repeat(200, 20), 429]);
+    expect(await statuses(app, '/reports', 3, { ...tenant('acme'), 'x-internal': 'yes' })).toEqual(repeat(200, 3));
+  });
+
+  it('the default rule on every route (tuned live, here to 3 by its config key), not on /ping; probes not counted', async () => {
+    await start({ RATE_LIMIT_DEMO_DEFAULT_COUNT: '3' });
+    // On /ip besides the route's own 5.
+    expect(await statuses(app, '/ip', 4)).toEqual([200, 200, 200, 429]);
+    expect(await statuses(app, '/ping', 4)).toEqual(repeat(200, 4));
+    expect(await statuses(app, '/ip', 2, { 'user-agent': 'kube-probe/1.31' })).toEqual([200, 200]);
+  });
+
   it('GET /orders and /orders/:id: a class limit of 10 with a handler override of 4', async () => {
     await start();
     expect(await statuses(app, '/orders/7', 5)).toEqual([...repeat(200, 4), 429]);

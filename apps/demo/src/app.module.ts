@@ -1,4 +1,4 @@
-import { Module } from '@nestjs/common';
+import { Logger, Module } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
 import { TerminusModule } from '@nestjs/terminus';
 import {
@@ -15,12 +15,18 @@ import { HealthController } from './health.controller.js';
 import { JobsController } from './jobs.controller.js';
 import { LimitsController } from './limits.controller.js';
 import { OrdersController } from './orders.controller.js';
+import { PlansController } from './plans.controller.js';
+
+const nearLimitLog = new Logger('NearLimit');
 
 @Module({
   imports: [
     ConfigModule.forRoot({ isGlobal: true }),
     TerminusModule,
     RateLimitModule.forRootAsync({
+      // Every route without a rule of this name: 300 a minute per client IP and route, tunable live
+      // under 'demo.default'. GET /ping (the load-test route) and the health routes skip it.
+      defaults: [{ count: 300, window: '1m', configKey: 'demo.default' }],
       inject: [ConfigService],
       useFactory: (config: ConfigService) => {
         // REDIS_URL, REDIS_SENTINELS (+ REDIS_SENTINEL_NAME) or REDIS_CLUSTER_NODES; with none,
@@ -42,6 +48,11 @@ import { OrdersController } from './orders.controller.js';
           mode: config.get<RateLimitMode>('RATE_LIMIT_MODE') || undefined,
           // Served at GET /metrics, from prom-client's default registry.
           metrics: true,
+          // Probes are not counted; the list is replaced live under 'demo.allow'.
+          allow: { userAgents: ['kube-probe'], configKey: 'demo.allow' },
+          // A real app would email the customer; the demo logs it.
+          onNearLimit: ({ rule, identity, remaining }) =>
+            nearLimitLog.log(`${identity} is near the limit of ${rule}: ${remaining} left`),
         };
       },
     }),
@@ -49,6 +60,7 @@ import { OrdersController } from './orders.controller.js';
   controllers: [
     LimitsController,
     OrdersController,
+    PlansController,
     AlgorithmsController,
     FeaturesController,
     JobsController,
