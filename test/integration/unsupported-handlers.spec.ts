@@ -81,19 +81,6 @@ describe('@RateLimit on a provider other than a controller, resolver or gateway 
     ]);
   });
 
-  it("with 'countOn' on a @SubscribeMessage handler: a message has no response to settle against", async () => {
-    @WebSocketGateway()
-    class PresenceGateway {
-      @SubscribeMessage('here')
-      @RateLimit({ count: 5, window: '1s', countOn: 'failure' })
-      onHere() {}
-    }
-    const error = await bootstrapError({ providers: [PresenceGateway] });
-    expect(error.message).toBe(
-      `@RateLimit on PresenceGateway.onHere: 'countOn' applies to HTTP routes only, and PresenceGateway.onHere is a gateway handler; remove it`,
-    );
-  });
-
   it('on a method of an @Injectable that is no @Resolver', async () => {
     @Injectable()
     class OrdersResolver {
@@ -258,7 +245,7 @@ it('reports every unsupported handler and every bad value in one error', async (
   @WebSocketGateway()
   class ChatGateway {
     @SubscribeMessage('chat')
-    @RateLimit({ count: 5, window: '1s', countOn: 'success' })
+    @RateLimit({ count: 5, window: '1s', nearLimit: 2 })
     onChat() {}
   }
   @Controller('all')

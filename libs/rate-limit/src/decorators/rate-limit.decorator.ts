@@ -15,7 +15,8 @@ import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from './metadata-keys.js';
  * A rule that reads the request through a function (`by`, `tier` or `skipIf`) is decided after the
  * app's guards (an authentication guard has set `req.user` by then): `@RateLimit` adds
  * `RateLimitInterceptor` to its handler or controller for that. Every other rule is decided by
- * `RateLimitGuard`, before the app's own guards.
+ * `RateLimitGuard`, before the app's own guards. A rule with `countOn` gets the interceptor too: on
+ * a GraphQL operation or a WebSocket message, the handler's result or error settles its units.
  *
  * @example
  * ```ts
@@ -42,7 +43,9 @@ export function RateLimit(
     Reflect.defineMetadata(RATE_LIMIT_RULES, [options, ...existing], holder);
     const interceptors: unknown[] = Reflect.getOwnMetadata(INTERCEPTORS_METADATA, holder) ?? [];
     const afterGuards = typeof options.by === 'function' || options.tier !== undefined || options.skipIf !== undefined;
-    if (afterGuards && !interceptors.includes(RateLimitInterceptor)) {
+    // `countOn` on a GraphQL operation or a WebSocket message is settled by the handler's outcome.
+    const settled = options.countOn !== undefined && options.countOn !== 'all';
+    if ((afterGuards || settled) && !interceptors.includes(RateLimitInterceptor)) {
       if (descriptor) UseInterceptors(RateLimitInterceptor)(target, key!, descriptor);
       else UseInterceptors(RateLimitInterceptor)(target as () => void);
     }

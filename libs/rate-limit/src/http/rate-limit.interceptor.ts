@@ -1,8 +1,10 @@
 import { type CallHandler, type ExecutionContext, Injectable, type NestInterceptor } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
-import type { Observable } from 'rxjs';
-import { RateLimitGuard, guardDeferredTo } from './rate-limit.guard.js';
-import { invocationOf } from '../transports/limited-context.js';
+import { type Observable, finalize, tap } from 'rxjs';
+import { RateLimitGuard, guardDeferredTo, outcomeOf } from './rate-limit.guard.js';
+import { RateLimiterService } from '../limiter/rate-limiter.service.js';
+import type { RateLimitOutcome } from '../limiter/rate-limit-outcome.js';
+import { invocationOf, transportOf } from '../transports/limited-context.js';
 
 /**
  * Decides the rules that must wait for the app's own guards: those whose `by` is a function of the
@@ -13,6 +15,9 @@ import { invocationOf } from '../transports/limited-context.js';
  * handler: the request is decided here instead, in the same single store call, with the same
  * headers and errors.
  *
+ * It also settles `countOn` units of a GraphQL operation or a WebSocket message by the handler's
+ * outcome (an HTTP route's are settled by its response's status).
+ *
  * `@RateLimit` adds it to the handlers (or controllers) whose rules need it; other routes never run
  * it, so they pay nothing for Nest's interceptor pipeline. It decides with the `RateLimitGuard`
  * that passed the request on (a subclass's `createException` included), or with the module's.
@@ -20,6 +25,7 @@ import { invocationOf } from '../transports/limited-context.js';
 @Injectable()
 export class RateLimitInterceptor implements NestInterceptor {
   private moduleGuard: RateLimitGuard | undefined;
+  private limiter: RateLimiterService | undefined;
 
   /**
    * Only `ModuleRef`, which every module can inject: `@UseInterceptors` instantiates the
@@ -29,9 +35,35 @@ export class RateLimitInterceptor implements NestInterceptor {
   constructor(private readonly moduleRef: ModuleRef) {}
 
   async intercept(context: ExecutionContext, next: CallHandler): Promise<Observable<unknown>> {
-    const guard = guardDeferredTo(invocationOf(context)) ?? this.guardOfModule();
+    const invocation = invocationOf(context);
+    const guard = guardDeferredTo(invocation) ?? this.guardOfModule();
     await guard.decideAfterGuards(context);
-    return next.handle();
+    const outcome = outcomeOf(invocation);
+    // HTTP: the guard settles `countOn` units when the response ends, by its status.
+    if (!outcome?.allowed || outcome.conditional.length === 0 || transportOf(context) === 'http') {
+      return next.handle();
+    }
+    return this.settledByHandler(outcome, next.handle());
+  }
+
+  /**
+   * A GraphQL operation or a WebSocket message: its `countOn` units are settled by what the handler
+   * did. Done (its result out) is a success; an error, or an end before the result (the client
+   * went, the stream was dropped), a failure.
+   */
+  private settledByHandler(outcome: RateLimitOutcome, handled: Observable<unknown>): Observable<unknown> {
+    this.limiter ??= this.moduleRef.get(RateLimiterService, { strict: false });
+    const limiter = this.limiter!;
+    let settled = false;
+    const settle = (succeeded: boolean) => {
+      if (settled) return;
+      settled = true;
+      void limiter.settle(outcome, succeeded);
+    };
+    return handled.pipe(
+      tap({ complete: () => settle(true), error: () => settle(false) }),
+      finalize(() => settle(false)),
+    );
   }
 
   private guardOfModule(): RateLimitGuard {

@@ -40,7 +40,7 @@ import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 import {
   DEFAULT_RULES,
   type DefaultRule,
-  defaultsReadAfterGuards,
+  defaultsNeedInterceptor,
   validateDefaultRules,
 } from '../rules/default-rules.js';
 import { MemoryRateLimitStore } from '../store/memory-rate-limit.store.js';
@@ -306,15 +306,15 @@ export class RateLimitModule {
 
 /**
  * The builder's module, as this module (its providers), with the guard for every route when asked,
- * the `defaults` when given, and the interceptor for every route only when a default reads the
- * request after the app's guards (`by`, `tier`, `skipIf`): other apps' routes never run it.
+ * the `defaults` when given, and the interceptor for every route only when a default needs it (it
+ * reads the request after the app's guards, or has `countOn`): other apps' routes never run it.
  */
 function ownModule(built: DynamicModule, globalGuard: boolean, defaults: readonly DefaultRule[]): DynamicModule {
   const providers = [...(built.providers ?? [])];
   if (globalGuard) providers.push({ provide: APP_GUARD, useExisting: RateLimitGuard });
   if (defaults.length > 0) {
     providers.push({ provide: DEFAULT_RULES, useValue: defaults });
-    if (defaultsReadAfterGuards(defaults))
+    if (defaultsNeedInterceptor(defaults))
       providers.push({ provide: APP_INTERCEPTOR, useExisting: RateLimitInterceptor });
   }
   return { ...built, module: RateLimitModule, providers };

@@ -106,16 +106,6 @@ export class DeclaredRulesCheck implements OnModuleInit {
         if (!classesByName.has(type.name)) classesByName.set(type.name, new Set());
         classesByName.get(type.name)!.add(type);
       }
-      if (handlerKind === kind.limited && kind !== CONTROLLER) {
-        // No response to settle against: a GraphQL error is a 200, a WebSocket message has none.
-        for (const rule of rules) {
-          if (rule.countOn !== 'all') {
-            problems.add(
-              `@RateLimit on ${rule.declaredOn}: 'countOn' applies to HTTP routes only, and ${route} is a ${kind.role} handler; remove it`,
-            );
-          }
-        }
-      }
       const what = kind.unsupported[handlerKind];
       if (!what) continue;
       // Rules left after @SkipRateLimit: each one the author expects to hold, and none does.

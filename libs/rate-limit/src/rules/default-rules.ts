@@ -57,13 +57,6 @@ export function validateDefaultRules(defaults: unknown): DefaultRule[] {
       );
       continue;
     }
-    // No response to settle against on GraphQL and WebSocket handlers, which a default covers too.
-    if (options.countOn !== undefined && options.countOn !== 'all') {
-      problems.push(
-        `${subject}: 'countOn' applies to HTTP routes only, and a default covers every handler; put it on the routes`,
-      );
-      continue;
-    }
     try {
       const rule = validateRule(options, subject, 'default', subject);
       if (rules.some((other) => other.rule.name === rule.name)) {
@@ -105,7 +98,10 @@ export function countedPerRoute(rule: RateLimitRule, route: string): RateLimitRu
   return { ...rule, keyId, tiers };
 }
 
-/** Whether a default needs `RateLimitInterceptor` on every route: it reads the request after the app's guards. */
-export function defaultsReadAfterGuards(rules: readonly DefaultRule[]): boolean {
-  return rules.some(({ rule }) => readsRequestAfterGuards(rule));
+/**
+ * Whether a default needs `RateLimitInterceptor` on every route: it reads the request after the
+ * app's guards, or has `countOn` (settled by a GraphQL or WebSocket handler's outcome).
+ */
+export function defaultsNeedInterceptor(rules: readonly DefaultRule[]): boolean {
+  return rules.some(({ rule }) => readsRequestAfterGuards(rule) || rule.countOn !== 'all');
 }

@@ -73,7 +73,8 @@ export interface RateLimitOptions {
   /**
    * Which requests stay counted: `'all'` (default), `'success'` (the response's status is below
    * 400) or `'failure'` (400 or above, or the response never finished: a thrown handler, a timeout,
-   * a broken stream). The others are refunded when the response ends.
+   * a broken stream). The others are refunded when the response ends. On a GraphQL operation or a
+   * WebSocket message, the handler decides: its result is a success, its error a failure.
    */
   countOn?: RateLimitCountOn;
   /** What this rule decides when the store fails; default: the module's `storeErrors.policy`. */

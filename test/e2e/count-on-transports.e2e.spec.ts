@@ -1,0 +1,119 @@
+import type { INestApplication } from '@nestjs/common';
+import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
+import { Args, GraphQLModule, Mutation, Query, Resolver } from '@nestjs/graphql';
+import { ConfigModule } from '@nestjs/config';
+import { Test } from '@nestjs/testing';
+import { SubscribeMessage, WebSocketGateway, WsException } from '@nestjs/websockets';
+import { RateLimit, RateLimitModule } from 'nest-rate-limit';
+import { io, type Socket } from 'socket.io-client';
+import request from 'supertest';
+import { afterEach, expect, it } from 'vitest';
+import { describeStores } from '../support/matrix.js';
+import { uniquePrefix } from '../support/test-app.js';
+
+@Resolver()
+class AccountResolver {
+  @Query(() => String)
+  ping() {
+    return 'pong';
+  }
+
+  /** A lockout: only failed logins count, 2 a minute per client. */
+  @Mutation(() => Boolean)
+  @RateLimit({ count: 2, window: '1m', countOn: 'failure' })
+  login(@Args('password', { type: () => String }) password: string) {
+    if (password !== 'secret') throw new Error('Wrong password');
+    return true;
+  }
+}
+
+@WebSocketGateway()
+class UploadGateway {
+  /** Only delivered uploads count, 2 a minute per client. */
+  @SubscribeMessage('upload')
+  @RateLimit({ count: 2, window: '1m', countOn: 'success' })
+  upload(): string {
+    return 'stored';
+  }
+
+  @SubscribeMessage('broken-upload')
+  @RateLimit({ name: 'UploadGateway.upload', count: 2, window: '1m', countOn: 'success' })
+  brokenUpload(): string {
+    throw new WsException('disk full');
+  }
+}
+
+describeStores('countOn on GraphQL and WebSocket, settled by the handler', (store) => {
+  let app: INestApplication | undefined;
+  const sockets: Socket[] = [];
+  afterEach(async () => {
+    for (const socket of sockets.splice(0)) socket.disconnect();
+    await app?.close();
+    app = undefined;
+  });
+
+  async function start(): Promise<void> {
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        ConfigModule.forRoot({ isGlobal: true, ignoreEnvFile: true }),
+        GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true }),
+        RateLimitModule.forRoot({ redis: await store.redis(), keyPrefix: uniquePrefix() }),
+      ],
+      providers: [AccountResolver, UploadGateway],
+    }).compile();
+    app = moduleRef.createNestApplication({ logger: false });
+    await app.listen(0, '127.0.0.1');
+  }
+
+  it('a mutation: its error counts, its result is refunded', async () => {
+    await start();
+    const login = async (password: string) => {
+      const { body } = await request(app!.getHttpServer())
+        .post('/graphql')
+        .send({ query: `mutation { login(password: "${password}") }` });
+      return body.data?.login === true ? 'in' : (body.errors[0].extensions.code as string);
+    };
+    const answers: string[] = [];
+    for (let i = 0; i < 5; i += 1) answers.push(await login('secret'));
+    answers.push(await login('guess'), await login('secret'), await login('guess'));
+    answers.push(await login('secret'));
+    expect(answers).toEqual([
+      'in',
+      'in',
+      'in',
+      'in',
+      'in',
+      'INTERNAL_SERVER_ERROR',
+      'in',
+      'INTERNAL_SERVER_ERROR',
+      'RATE_LIMITED',
+    ]);
+  });
+
+  it('a WebSocket message: its result counts, its error is refunded', async () => {
+    await start();
+    const socket = io((await app!.getUrl()).replace('[::1]', '127.0.0.1'), {
+      transports: ['websocket'],
+      forceNew: true,
+    });
+    sockets.push(socket);
+    await new Promise<void>((resolve, reject) => {
+      socket.once('connect', () => resolve());
+      socket.once('connect_error', reject);
+    });
+    const send = (event: string) =>
+      new Promise<string>((resolve) => {
+        const onException = (exception: { message: string; rule?: string }) =>
+          resolve(exception.rule ? 'limited' : exception.message);
+        socket.once('exception', onException);
+        socket.emit(event, {}, (ack: string) => {
+          socket.off('exception', onException);
+          resolve(ack);
+        });
+      });
+    const answers: string[] = [];
+    for (let i = 0; i < 4; i += 1) answers.push(await send('broken-upload'));
+    for (let i = 0; i < 3; i += 1) answers.push(await send('upload'));
+    expect(answers).toEqual(['disk full', 'disk full', 'disk full', 'disk full', 'stored', 'stored', 'limited']);
+  });
+});
