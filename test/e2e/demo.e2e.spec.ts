@@ -1,6 +1,7 @@
 import type { INestApplication } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import request from 'supertest';
+import { RateLimiterService } from 'nest-rate-limit';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 import { AppModule } from '../../apps/demo/src/app.module.js';
 import { describeStores } from '../support/matrix.js';
@@ -77,6 +78,21 @@ describeStores('the demo app’s documented endpoints', (store) => {
     expect(await statuses(app, '/reports', 6, tenant('acme'))).toEqual([...repeat(200, 5), 429]);
     expect(await statuses(app, '/reports', 21, tenant('globex', 'pro'))).toEqual([...repeat(200, 20), 429]);
     expect(await statuses(app, '/reports', 3, { ...tenant('acme'), 'x-internal': 'yes' })).toEqual(repeat(200, 3));
+  });
+
+  it('POST /completions: max_tokens reserved, the tokens used charged after', async () => {
+    await start();
+    const first = await request(app.getHttpServer())
+      .post('/completions')
+      .set('x-tenant', 'acme')
+      .send({ prompt: 'x'.repeat(400), max_tokens: 1_000 })
+      .expect(201);
+    expect(first.body.usage).toEqual({ total_tokens: 150 });
+    const limiter = app.get(RateLimiterService);
+    const used = async () => (await limiter.inspect('CompletionsController.complete', 'acme')).used;
+    // Settled once the answer is out.
+    for (let i = 0; i < 100 && (await used()) !== 150; i += 1) await new Promise((r) => setImmediate(r));
+    expect(await used()).toBe(150);
   });
 
   it('the default rule on every route (tuned live, here to 3 by its config key), not on /ping; probes not counted', async () => {

@@ -16,6 +16,7 @@ import { JobsController } from './jobs.controller.js';
 import { LimitsController } from './limits.controller.js';
 import { OrdersController } from './orders.controller.js';
 import { PlansController } from './plans.controller.js';
+import { CompletionsController } from './completions.controller.js';
 
 const nearLimitLog = new Logger('NearLimit');
 
@@ -61,6 +62,7 @@ const nearLimitLog = new Logger('NearLimit');
     LimitsController,
     OrdersController,
     PlansController,
+    CompletionsController,
     AlgorithmsController,
     FeaturesController,
     JobsController,

@@ -23,6 +23,7 @@ export type {
   RateLimitCountOn,
   RateLimitMode,
   RateLimitSkipIf,
+  RateLimitSettleCost,
   RateLimitTier,
   RateLimitTierResolver,
 } from './rules/rate-limit-rule.js';
@@ -55,6 +56,7 @@ export type {
   RuleDecision,
   ConditionalUnits,
   RateLimitNearLimitEvent,
+  ReservedUnits,
 } from './limiter/rate-limit-outcome.js';
 export type { RateLimitInspection } from './limiter/rate-limit-inspection.js';
 

@@ -44,7 +44,7 @@ export function RateLimit(
     const interceptors: unknown[] = Reflect.getOwnMetadata(INTERCEPTORS_METADATA, holder) ?? [];
     const afterGuards = typeof options.by === 'function' || options.tier !== undefined || options.skipIf !== undefined;
     // `countOn` on a GraphQL operation or a WebSocket message is settled by the handler's outcome.
-    const settled = options.countOn !== undefined && options.countOn !== 'all';
+    const settled = (options.countOn !== undefined && options.countOn !== 'all') || options.settleCost !== undefined;
     if ((afterGuards || settled) && !interceptors.includes(RateLimitInterceptor)) {
       if (descriptor) UseInterceptors(RateLimitInterceptor)(target, key!, descriptor);
       else UseInterceptors(RateLimitInterceptor)(target as () => void);

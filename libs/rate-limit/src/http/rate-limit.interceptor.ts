@@ -39,31 +39,67 @@ export class RateLimitInterceptor implements NestInterceptor {
     const guard = guardDeferredTo(invocation) ?? this.guardOfModule();
     await guard.decideAfterGuards(context);
     const outcome = outcomeOf(invocation);
+    if (!outcome?.allowed) return next.handle();
     // HTTP: the guard settles `countOn` units when the response ends, by its status.
-    if (!outcome?.allowed || outcome.conditional.length === 0 || transportOf(context) === 'http') {
-      return next.handle();
-    }
-    return this.settledByHandler(outcome, next.handle());
+    const countOn = outcome.conditional.length > 0 && transportOf(context) !== 'http';
+    const costs = outcome.reserved.length > 0;
+    if (!countOn && !costs) return next.handle();
+    return this.settledByHandler(outcome, next.handle(), context, countOn, costs);
   }
 
   /**
-   * A GraphQL operation or a WebSocket message: its `countOn` units are settled by what the handler
-   * did. Done (its result out) is a success; an error, or an end before the result (the client
-   * went, the stream was dropped), a failure.
+   * Settles what only the handler's outcome tells. `countOn` units of a GraphQL operation or a
+   * WebSocket message: done (its result out) is a success; an error, or an end before the result
+   * (the client went, the stream was dropped), a failure. `settleCost` rules: their real cost, of
+   * the handler's result, once it is out; a handler that fails keeps the reservation.
    */
-  private settledByHandler(outcome: RateLimitOutcome, handled: Observable<unknown>): Observable<unknown> {
+  private settledByHandler(
+    outcome: RateLimitOutcome,
+    handled: Observable<unknown>,
+    context: ExecutionContext,
+    countOn: boolean,
+    costs: boolean,
+  ): Observable<unknown> {
     this.limiter ??= this.moduleRef.get(RateLimiterService, { strict: false });
     const limiter = this.limiter!;
-    let settled = false;
+    let settled = !countOn;
     const settle = (succeeded: boolean) => {
       if (settled) return;
       settled = true;
       void limiter.settle(outcome, succeeded);
     };
+    let result: unknown;
     return handled.pipe(
-      tap({ complete: () => settle(true), error: () => settle(false) }),
+      tap({
+        next: (value) => (result = value),
+        complete: () => {
+          settle(true);
+          if (costs) void this.settleCosts(limiter, outcome, result, context);
+        },
+        error: () => settle(false),
+      }),
       finalize(() => settle(false)),
     );
+  }
+
+  /** Each `settleCost` rule's real cost of the result, then one settlement for all. */
+  private async settleCosts(
+    limiter: RateLimiterService,
+    outcome: RateLimitOutcome,
+    result: unknown,
+    context: ExecutionContext,
+  ): Promise<void> {
+    const actual: Record<string, number> = {};
+    for (const { rule } of outcome.reserved) {
+      try {
+        actual[rule.name] = await rule.settleCost!(result, context);
+      } catch (error) {
+        // Kept as reserved; the limiter says an invalid cost once, and this is one.
+        actual[rule.name] = Number.NaN;
+        void error;
+      }
+    }
+    await limiter.settleCost(outcome, actual);
   }
 
   private guardOfModule(): RateLimitGuard {

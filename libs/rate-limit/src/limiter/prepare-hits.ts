@@ -358,7 +358,7 @@ export class RuleThresholds {
 }
 
 /** Says each misconfiguration once, never per request. */
-class Warnings {
+export class Warnings {
   private readonly logger = new Logger('RateLimit');
   private readonly said = new Set<string>();
 

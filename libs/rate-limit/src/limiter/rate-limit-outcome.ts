@@ -51,10 +51,18 @@ export interface RateLimitOutcome {
   allowed: boolean;
   /** Admitted units of rules with `countOn` other than `'all'`, to settle when the response ends. */
   conditional: readonly ConditionalUnits[];
+  /** Units reserved by rules with `settleCost`, to settle with what the request really cost. */
+  reserved: readonly ReservedUnits[];
   /** Set when the store failed and this policy decided the request. */
   storeError?: RateLimitStoreErrorPolicy;
   /** Set when a ban refused the request (`RateLimitManagementService.ban`); `reported.resetMs` says until when. */
   banned?: true;
+}
+
+/** Units a rule with `settleCost` reserved for a request (its `cost`), until its real cost is known. */
+export interface ReservedUnits {
+  rule: RateLimitRule;
+  refund: RateLimitRefund;
 }
 
 /** Units that stay counted only if the response ends as `countOn` says. */
@@ -69,6 +77,7 @@ export function rateLimitOutcome(
   allowed: boolean,
   conditional: readonly ConditionalUnits[],
   storeError?: RateLimitStoreErrorPolicy,
+  reserved: readonly ReservedUnits[] = NO_RESERVED_UNITS,
 ): RateLimitOutcome {
   let reported: RuleDecision | undefined;
   for (const decision of decisions) {
@@ -79,10 +88,13 @@ export function rateLimitOutcome(
       reported = decision;
     }
   }
-  const outcome: RateLimitOutcome = { decisions, reported, allowed, conditional };
+  const outcome: RateLimitOutcome = { decisions, reported, allowed, conditional, reserved };
   if (storeError) outcome.storeError = storeError;
   return outcome;
 }
+
+/** The `reserved` of nearly every outcome: no rule with `settleCost`. */
+export const NO_RESERVED_UNITS: readonly ReservedUnits[] = Object.freeze([]);
 
 function tighter(a: RuleDecision, b: RuleDecision): boolean {
   return a.remaining < b.remaining || (a.remaining === b.remaining && a.resetMs > b.resetMs);

@@ -17,19 +17,21 @@ import { DecidingStore, type ResilientConsumption } from '../resilience/deciding
 import { LeasingStore } from '../resilience/leasing.store.js';
 import { RateLimitRuleRegistry, type RateLimitRuleRef } from '../rules/rate-limit-rule.registry.js';
 import { RateLimitConfigurationError, type RateLimitRule } from '../rules/rate-limit-rule.js';
-import { type RateLimitHit, capacityOf } from '../store/rate-limit-store.js';
+import { type RateLimitHit, type RateLimitRefund, capacityOf } from '../store/rate-limit-store.js';
 import type { AllowList } from '../rules/allow-list.js';
 import type { RateLimitInspection } from './rate-limit-inspection.js';
 import { CountOnWaits } from './count-on-waits.js';
 import { consumeEnforced } from './shadow-rules.js';
 import { clientAddressIdentity, clientOf } from '../transports/limited-context.js';
-import { HitPreparation, type PreparedRule } from './prepare-hits.js';
+import { HitPreparation, type PreparedRule, Warnings } from './prepare-hits.js';
 import { ExemptionProblems, ModuleExemptions } from './exemptions.js';
 import {
   type ConditionalUnits,
   type RateLimitOutcome,
   type RateLimitNearLimitEvent,
+  type ReservedUnits,
   type RuleDecision,
+  NO_RESERVED_UNITS,
   rateLimitOutcome,
 } from './rate-limit-outcome.js';
 
@@ -45,6 +47,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   private readonly rejections: SampledLogger | undefined;
   private readonly countOn: CountOnWaits;
   private readonly exemptionProblems = new ExemptionProblems();
+  private readonly warnings = new Warnings();
   /** Bans and per-identity overrides, when the config centre keeps them (a live one). */
   private readonly controls: IdentityControls | undefined;
   private readonly clock: () => number;
@@ -270,6 +273,50 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   }
 
   /**
+   * Settles what a request really cost under its rules with `settleCost`: each rule's reservation
+   * (its `cost`) against `actual` (a whole number >= 0, or one per rule name). Less is refunded, more
+   * charged past the limit if need be (the identity's next requests wait for it): one store call for
+   * the refunds, one for the charges. Call it once per outcome; `RateLimitInterceptor` does, with
+   * each rule's `settleCost` of the handler's result. Never throws; a failed call leaves the
+   * reservation counted (it is logged), and an invalid `actual` too (said once).
+   *
+   * @example
+   * ```ts
+   * const outcome = await limiter.consume('completions', tenant, 500); // reserves 500 tokens
+   * const answer = await llm.complete(prompt);
+   * await limiter.settleCost(outcome, answer.usage.totalTokens);
+   * ```
+   */
+  async settleCost(outcome: RateLimitOutcome, actual: number | Readonly<Record<string, number>>): Promise<void> {
+    const { reserved } = outcome;
+    if (reserved.length === 0) return;
+    const refunds: RateLimitRefund[] = [];
+    const charges: RateLimitHit[] = [];
+    for (const { rule, refund } of reserved) {
+      const units = typeof actual === 'number' ? actual : actual[rule.name];
+      if (!Number.isSafeInteger(units) || units < 0) {
+        this.warnings.once(
+          `settleCost:${rule.declaredOn}:${rule.name}`,
+          `@RateLimit on ${rule.declaredOn}: the cost settled (${String(units)}) is not a whole number >= 0 (or settleCost threw); the reservation of ${refund.hit.cost} stays`,
+        );
+        continue;
+      }
+      const difference = units - refund.hit.cost;
+      if (difference < 0) refunds.push({ hit: { ...refund.hit, cost: -difference }, receipt: refund.receipt });
+      else if (difference > 0) charges.push({ ...refund.hit, cost: difference });
+    }
+    try {
+      await Promise.all([
+        refunds.length > 0 ? this.store.settle(refunds.map((each) => ({ ...each, refund: true }))) : undefined,
+        charges.length > 0 ? this.store.charge(charges, this.now()) : undefined,
+      ]);
+    } catch (error) {
+      const reason = describeError(error);
+      this.problems.report(`settleCost:${reason}`, `Settling costs failed (${reason}); the reservations stay counted`);
+    }
+  }
+
+  /**
    * One store call for all rules (none of them `'off'`). Rules with `countOn` or in `'shadow'` mode
    * may take more (`decideAsking`); the others, nearly every request, take just that one.
    * @param context the request's: a request whose client left while it waited stops waiting, and
@@ -321,6 +368,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     const fallback = consumption.storeError !== undefined;
     const decisions: RuleDecision[] = [];
     let conditional: ConditionalUnits[] = NO_CONDITIONAL_UNITS;
+    let reserved: ReservedUnits[] = NO_RESERVED_UNITS as ReservedUnits[];
     const { receipts } = consumption;
     for (let i = 0; i < prepared.length; i += 1) {
       const { rule, identity, thresholds, hit } = prepared[i];
@@ -350,8 +398,12 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         if (conditional === NO_CONDITIONAL_UNITS) conditional = [];
         conditional.push({ countOn: rule.countOn, refund: { hit, receipt } });
       }
+      if (rule.settleCost && receipt) {
+        if (reserved === NO_RESERVED_UNITS) reserved = [];
+        reserved.push({ rule, refund: { hit, receipt } });
+      }
     }
-    return rateLimitOutcome(decisions, consumption.allowed, conditional, consumption.storeError);
+    return rateLimitOutcome(decisions, consumption.allowed, conditional, consumption.storeError, reserved);
   }
 
   /**

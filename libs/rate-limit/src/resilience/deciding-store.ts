@@ -70,6 +70,11 @@ export abstract class DecidingStore {
     unsent?: boolean,
   ): Promise<ResilientConsumption>;
   abstract settle(settlements: readonly RateLimitSettlement[]): Promise<void>;
+  /**
+   * Counts units past any limit, deciding nothing: what requests cost beyond what they reserved
+   * (`settleCost`). Rejects when the store fails.
+   */
+  abstract charge(hits: readonly RateLimitHit[], now: number | undefined): Promise<void>;
   /** The store's own reading: an operator's question, answered by the store or not at all. */
   abstract inspect(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitStanding[]>;
   /** Forgets the keys in every layer, then in the store. */
@@ -98,6 +103,10 @@ export abstract class DecidingStoreLayer extends DecidingStore {
 
   settle(settlements: readonly RateLimitSettlement[]): Promise<void> {
     return this.inner.settle(settlements);
+  }
+
+  charge(hits: readonly RateLimitHit[], now: number | undefined): Promise<void> {
+    return this.inner.charge(hits, now);
   }
 
   inspect(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitStanding[]> {

@@ -141,6 +141,10 @@ export class ResilientStore extends DecidingStore {
     return this.store.settle(settlements);
   }
 
+  charge(hits: readonly RateLimitHit[], now: number | undefined): Promise<void> {
+    return this.store.record(hits, now);
+  }
+
   inspect(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitStanding[]> {
     return this.store.inspect(hits, now);
   }

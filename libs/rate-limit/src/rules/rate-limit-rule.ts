@@ -117,7 +117,19 @@ export interface RateLimitOptions {
    * `onNearLimit`, so an app can warn a customer before the 429. Once per crossing, not per request.
    */
   nearLimit?: number;
+  /**
+   * The units a request really cost, known only after its handler (tokens an LLM call used, rows
+   * exported): a function of the handler's result. `cost` is then what is reserved up front (an
+   * estimate); after the handler the difference is refunded or charged, in one store call. An
+   * overdraft is charged in full, past the limit if need be, so the identity's next requests wait
+   * for it. A handler that throws keeps the reservation. Settled by `RateLimitInterceptor`, which
+   * `@RateLimit` adds; outside HTTP, `RateLimiterService.settleCost`.
+   */
+  settleCost?: RateLimitSettleCost;
 }
+
+/** What a request really cost, from its handler's result (a whole number >= 0). */
+export type RateLimitSettleCost = (result: unknown, context: ExecutionContext) => number | Promise<number>;
 
 /** Whether a rule rejects (`'enforce'`), only reports what it would reject (`'shadow'`), or is skipped (`'off'`). */
 export type RateLimitMode = 'enforce' | 'shadow' | 'off';
@@ -156,6 +168,7 @@ export interface RateLimitRule {
   /** Per tier name, the rule with that tier's thresholds (same name, key id and counters). */
   readonly tiers: ReadonlyMap<string, RateLimitRule> | undefined;
   readonly tier: RateLimitTierResolver | undefined;
+  readonly settleCost: RateLimitSettleCost | undefined;
   /** A share of the limit whose crossing is reported; undefined: none. */
   readonly nearLimit: number | undefined;
   /** Set for the rule of one of another rule's `tiers`: that tier's name. */
@@ -321,6 +334,15 @@ export function validateRule(
     }
     if (tiers.size === 0) fail('tiers', 'must name at least one tier', options.tiers);
   } else if (tier !== undefined) fail('tier', "needs 'tiers' to pick from", tier);
+  const { settleCost } = options;
+  if (settleCost !== undefined) {
+    if (typeof settleCost !== 'function')
+      fail('settleCost', 'must be a function of the result and the context', settleCost);
+    // Each decides what stays counted after the handler; one rule takes one of them.
+    if (countOn !== 'all') fail('settleCost', "cannot be combined with 'countOn'", settleCost);
+    // A leased unit is this instance's, which a charge past it could not reach.
+    if (options.lease !== undefined) fail('settleCost', "cannot be combined with 'lease'", settleCost);
+  }
   const { nearLimit } = options;
   if (nearLimit !== undefined && !(typeof nearLimit === 'number' && nearLimit > 0 && nearLimit < 1)) {
     fail('nearLimit', 'must be a share of the limit above 0 and below 1 (0.8: 80%)', nearLimit);
@@ -346,6 +368,7 @@ export function validateRule(
     tiers,
     tier: tiers ? tier : undefined,
     nearLimit,
+    settleCost,
   };
 }
 
@@ -372,6 +395,7 @@ export function ruleOptions(rule: RateLimitRule): RateLimitOptions {
   if (rule.skipIf !== undefined) options.skipIf = rule.skipIf;
   if (rule.allow !== undefined) options.allow = rule.allow.source;
   if (rule.nearLimit !== undefined) options.nearLimit = rule.nearLimit;
+  if (rule.settleCost !== undefined) options.settleCost = rule.settleCost;
   return options;
 }
 
