@@ -1,4 +1,4 @@
-import type { INestApplication, ModuleMetadata, Type } from '@nestjs/common';
+import type { INestApplication, ModuleMetadata, Provider, Type } from '@nestjs/common';
 import { ConfigModule } from '@nestjs/config';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import type { NestExpressApplication } from '@nestjs/platform-express';
@@ -11,6 +11,8 @@ type RateLimitForRoot = Parameters<typeof RateLimitModule.forRoot>[0];
 
 export interface TestAppOptions {
   controllers: Type[];
+  /** The app's own providers (an `APP_GUARD` of its own, say). */
+  providers?: Provider[];
   rateLimit?: RateLimitForRoot;
   imports?: ModuleMetadata['imports'];
   logger?: LogCapture | false;
@@ -29,6 +31,7 @@ export async function createTestApp(options: TestAppOptions): Promise<INestAppli
       ...(options.imports ?? []),
     ],
     controllers: options.controllers,
+    providers: options.providers ?? [],
   }).compile();
   const logger = options.logger ?? false;
   if (options.platform === 'fastify') {
