@@ -279,5 +279,16 @@ describe('a ban across instances sharing Redis', () => {
       { timeoutMs: 1_000, what: 'the ban reaching the second instance' },
     );
     expect(performance.now() - startedAt).toBeLessThan(1_000);
+
+    // An override the same way: tenant acme's own 1 on the second instance (the rule's is 3).
+    await first.get(RateLimitManagementService).setOverride('exports', 'acme', { count: 1 }, '1h');
+    const overriddenAt = performance.now();
+    await eventually(
+      async () =>
+        (await request(second.getHttpServer()).get('/exports').set('x-tenant', 'acme')).headers['ratelimit-limit'] ===
+        '1',
+      { timeoutMs: 1_000, what: 'the override reaching the second instance' },
+    );
+    expect(performance.now() - overriddenAt).toBeLessThan(1_000);
   });
 });

@@ -1,8 +1,12 @@
 import { Body, Controller, type ExecutionContext, type INestApplication, Post } from '@nestjs/common';
-import { RateLimit, RateLimiterService } from 'nest-rate-limit';
+import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
+import { Args, GraphQLModule, Int, Query, Resolver } from '@nestjs/graphql';
+import { ConfigModule } from '@nestjs/config';
+import { Test } from '@nestjs/testing';
+import { RateLimit, RateLimitModule, RateLimiterService } from 'nest-rate-limit';
 import request from 'supertest';
 import { afterEach, expect, it } from 'vitest';
-import { describeStoresAndPlatforms } from '../support/matrix.js';
+import { describeStores, describeStoresAndPlatforms } from '../support/matrix.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
 
 interface CompletionRequest {
@@ -161,5 +165,58 @@ describeStoresAndPlatforms('settleCost: the real cost settled after the handler'
       .post('/completions')
       .send({ tenant: 'initech', maxTokens: 1, uses: 1 });
     expect(next.status).toBe(429);
+  });
+});
+
+@Resolver()
+class SearchResolver {
+  @Query(() => String)
+  ping() {
+    return 'pong';
+  }
+
+  /** 100 rows a minute per client: 20 reserved, the rows returned charged. */
+  @Query(() => [String])
+  @RateLimit({
+    count: 100,
+    window: '1m',
+    cost: 20,
+    settleCost: (result) => (result as string[]).length,
+  })
+  search(@Args('rows', { type: () => Int }) rows: number): string[] {
+    return Array.from({ length: rows }, (_, i) => `row ${i}`);
+  }
+}
+
+describeStores('settleCost on a GraphQL operation', (store) => {
+  it('charges what the resolver returned', async () => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        ConfigModule.forRoot({ isGlobal: true, ignoreEnvFile: true }),
+        GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true }),
+        RateLimitModule.forRoot({ redis: await store.redis(), keyPrefix: uniquePrefix() }),
+      ],
+      providers: [SearchResolver],
+    }).compile();
+    const graphql = moduleRef.createNestApplication({ logger: false });
+    await graphql.init();
+    try {
+      const search = (rows: number) =>
+        request(graphql.getHttpServer())
+          .post('/graphql')
+          .send({ query: `{ search(rows: ${rows}) }` });
+      expect((await search(5)).body.data.search).toHaveLength(5);
+      expect((await search(60)).body.data.search).toHaveLength(60);
+      const limiter = graphql.get(RateLimiterService);
+      const used = async () => (await limiter.inspect('SearchResolver.search', '::ffff:127.0.0.1')).used;
+      for (let i = 0; i < 100 && (await used()) !== 65; i += 1) await new Promise((r) => setImmediate(r));
+      expect(await used()).toBe(65);
+      // 35 left: a search reserving 20 passes, the next is refused once it charged 30.
+      expect((await search(30)).body.data.search).toHaveLength(30);
+      for (let i = 0; i < 100 && (await used()) !== 95; i += 1) await new Promise((r) => setImmediate(r));
+      expect((await search(1)).body.errors[0].extensions.code).toBe('RATE_LIMITED');
+    } finally {
+      await graphql.close();
+    }
   });
 });
