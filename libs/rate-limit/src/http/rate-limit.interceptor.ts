@@ -22,6 +22,9 @@ import { invocationOf, transportOf } from '../transports/limited-context.js';
  * it, so they pay nothing for Nest's interceptor pipeline. It decides with the `RateLimitGuard`
  * that passed the request on (a subclass's `createException` included), or with the module's.
  */
+/** Outcomes an interceptor settles, so that a second one on the same call does not settle again. */
+const SETTLED_HERE = new WeakSet<RateLimitOutcome>();
+
 @Injectable()
 export class RateLimitInterceptor implements NestInterceptor {
   private moduleGuard: RateLimitGuard | undefined;
@@ -43,7 +46,10 @@ export class RateLimitInterceptor implements NestInterceptor {
     // HTTP: the guard settles `countOn` units when the response ends, by its status.
     const countOn = outcome.conditional.length > 0 && transportOf(context) !== 'http';
     const costs = outcome.reserved.length > 0;
-    if (!countOn && !costs) return next.handle();
+    // The interceptor may run twice for one call (on the class and the handler, or app-wide and
+    // on the route): only the first settles.
+    if ((!countOn && !costs) || SETTLED_HERE.has(outcome)) return next.handle();
+    SETTLED_HERE.add(outcome);
     return this.settledByHandler(outcome, next.handle(), context, countOn, costs);
   }
 

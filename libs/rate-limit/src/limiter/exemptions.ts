@@ -57,7 +57,10 @@ export function skips(
 ): boolean | Promise<boolean> {
   try {
     const answer = skipIf(context) as unknown;
-    if (answer instanceof Promise) return answer.then(Boolean, (error: unknown) => problems.skipFailed(where, error));
+    // Any thenable (a query builder's, say), not only a native promise: its answer decides.
+    if (typeof (answer as { then?: unknown } | null)?.then === 'function') {
+      return Promise.resolve(answer).then(Boolean, (error: unknown) => problems.skipFailed(where, error));
+    }
     return Boolean(answer);
   } catch (error) {
     return problems.skipFailed(where, error);
