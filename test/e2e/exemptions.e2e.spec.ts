@@ -3,7 +3,7 @@ import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { GraphQLModule, Query, Resolver } from '@nestjs/graphql';
 import { ConfigModule } from '@nestjs/config';
 import { Test } from '@nestjs/testing';
-import { RateLimit, RateLimitConfigurationError, RateLimitModule } from 'nest-rate-limit';
+import { RateLimit, RateLimitConfigurationError, RateLimitModule, RateLimiterService } from 'nest-rate-limit';
 import { MemoryConfigCentre, RateLimitManagementService, RedisConfigCentre } from 'nest-rate-limit/live';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -219,6 +219,50 @@ describeStores('allow lists changed live through the config centre', (store) => 
     await expect(management.set('allow', { count: 5 })).rejects.toThrow(
       "config key 'allow' holds the module's allow list: 'count' is not a setting of it (only 'allow')",
     );
+  });
+});
+
+describeStores('bans outrank every exemption', (store) => {
+  let app: INestApplication | undefined;
+  afterEach(async () => {
+    await app?.close();
+    app = undefined;
+  });
+
+  it('a banned client is refused though its address, user agent, identity or a skipIf would let it through', async () => {
+    const redis = await store.redis();
+    app = await createTestApp({
+      trustProxy: true,
+      controllers: [ApiController],
+      rateLimit: {
+        redis,
+        keyPrefix: uniquePrefix(),
+        configCentre: redis ? RedisConfigCentre : MemoryConfigCentre,
+        allow: { addresses: ['203.0.113.0/24'], userAgents: ['kube-probe'] },
+        skipIf: (context: ExecutionContext) => header(context, 'x-synthetic') === '1',
+      },
+    });
+    const management = app.get(RateLimitManagementService);
+    const office = { 'X-Forwarded-For': '203.0.113.5' };
+    const probe = { 'X-Forwarded-For': '198.51.100.9', 'User-Agent': 'kube-probe/1.31' };
+    const synthetic = { 'X-Forwarded-For': '198.51.100.10', 'x-synthetic': '1' };
+    // Each is let through, uncounted, before any ban.
+    for (const client of [office, probe, synthetic])
+      expect(await statuses(app, '/plain', 3, client)).toEqual([200, 200, 200]);
+    expect(await statuses(app, '/partner', 3, { 'x-api-key': 'partner-key' })).toEqual([200, 200, 200]);
+
+    for (const client of [office, probe, synthetic]) await management.ban('*', client['X-Forwarded-For'], '10m');
+    await management.ban('ApiController.partner', 'partner-key', '10m');
+    for (const client of [office, probe, synthetic]) {
+      const refused = await request(app.getHttpServer()).get('/plain').set(client);
+      expect(refused.status).toBe(403);
+      expect(Number(refused.headers['retry-after'])).toBeGreaterThan(590);
+    }
+    expect(await statuses(app, '/partner', 1, { 'x-api-key': 'partner-key' })).toEqual([403]);
+    const consumed = await app.get(RateLimiterService).consume('ApiController.partner', 'partner-key');
+    expect({ allowed: consumed.allowed, banned: consumed.banned }).toEqual({ allowed: false, banned: true });
+    // Others allowed as before.
+    expect(await statuses(app, '/plain', 3, { 'X-Forwarded-For': '203.0.113.6' })).toEqual([200, 200, 200]);
   });
 });
 

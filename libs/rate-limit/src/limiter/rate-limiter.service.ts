@@ -126,6 +126,32 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
    * identity or cost resolver throws, e.g. a `BadRequestException` for a missing API key.
    */
   check(rules: readonly RateLimitRule[], context: ExecutionContext): Promise<RateLimitOutcome> {
+    if (this.controls?.anyBans) return this.checkBansFirst(rules, context);
+    return this.checkExempting(rules, context);
+  }
+
+  /**
+   * While any ban is held, a request's identities are looked up before its exemptions: an allow
+   * list, a user agent or a `skipIf` never lets a banned identity through.
+   */
+  private async checkBansFirst(rules: readonly RateLimitRule[], context: ExecutionContext): Promise<RateLimitOutcome> {
+    const identified = await Promise.all(
+      rules.map(async (rule) => {
+        const thresholds = this.hits.thresholdsOf(rule);
+        if (thresholds.mode === 'off') return null;
+        try {
+          return await this.hits.forRequest(rule, thresholds, context);
+        } catch {
+          // Its decision reports the failure, unless an exemption spares the request that resolver.
+          return null;
+        }
+      }),
+    );
+    const prepared = identified.filter((rule): rule is PreparedRule => rule !== null);
+    return this.bannedOutcome(prepared, context) ?? this.checkExempting(rules, context);
+  }
+
+  private checkExempting(rules: readonly RateLimitRule[], context: ExecutionContext): Promise<RateLimitOutcome> {
     const { exemptions } = this;
     if (!exemptions) return this.checkRules(rules, context, undefined);
     let skipped: boolean | Promise<boolean>;
@@ -195,19 +221,22 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
           `RateLimiterService.consume: 'cost' must be a whole number >= 0, got ${cost}`,
         );
       }
-      const moduleList = this.exemptions?.list();
       for (const rule of resolved) {
         const thresholds = this.hits.thresholdsOf(rule);
-        if (thresholds.mode === 'off') continue;
-        const hit = this.hits.forIdentity(rule, thresholds, identity, cost);
-        // Allowed identities are let through here as in HTTP (addresses and user agents are HTTP's).
-        if (thresholds.allow?.allowsIdentity(hit.identity) || moduleList?.allowsIdentity(hit.identity)) continue;
-        prepared.push(hit);
+        if (thresholds.mode !== 'off') prepared.push(this.hits.forIdentity(rule, thresholds, identity, cost));
       }
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.decide(prepared, undefined);
+    const banned = this.controls?.anyBans ? this.bannedOutcome(prepared, undefined) : undefined;
+    if (banned) return Promise.resolve(banned);
+    // Allowed identities are let through here as in HTTP (addresses and user agents are HTTP's).
+    const moduleList = this.exemptions?.list();
+    const counted = prepared.filter(
+      ({ thresholds, identity: counted }) =>
+        !thresholds.allow?.allowsIdentity(counted) && !moduleList?.allowsIdentity(counted),
+    );
+    return this.decide(counted, undefined);
   }
 
   /**
@@ -324,10 +353,6 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
    */
   private decide(prepared: readonly PreparedRule[], context: ExecutionContext | undefined): Promise<RateLimitOutcome> {
     if (prepared.length === 0) return Promise.resolve(rateLimitOutcome([], true, []));
-    if (this.controls?.anyBans) {
-      const banned = this.bannedOutcome(prepared, context);
-      if (banned) return Promise.resolve(banned);
-    }
     for (const { hit, thresholds } of prepared) {
       if (hit.conditional || thresholds.mode === 'shadow') {
         return this.decideAsking(prepared, context ? () => clientOf(context).gone : neverGone);
@@ -419,18 +444,20 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     const now = this.clock();
     let until = 0;
     let by: PreparedRule | undefined;
+    let identity = '';
     for (const p of prepared) {
       const ends = controls.banUntil(p.rule.name, p.identity, now);
-      if (ends !== undefined && ends > until) [until, by] = [ends, p];
+      if (ends !== undefined && ends > until) [until, by, identity] = [ends, p, p.identity];
     }
-    if (context) {
-      const { address } = clientOf(context);
-      const ends =
-        address && controls.banUntil(EVERY_RULE, clientAddressIdentity(address, this.options.ipv6PrefixBits), now);
-      if (ends && ends > until) [until, by] = [ends, prepared[0]];
+    const { address } = context ? clientOf(context) : NO_CLIENT;
+    if (address && prepared.length > 0) {
+      // The address as a `by: 'ip'` rule counts it, so a ban of a client's /64 finds each of its addresses.
+      const counted = clientAddressIdentity(address, this.options.ipv6PrefixBits);
+      const ends = controls.banUntil(EVERY_RULE, counted, now);
+      if (ends !== undefined && ends > until) [until, by, identity] = [ends, prepared[0], counted];
     }
     if (!by) return undefined;
-    const { rule, identity, thresholds, hit } = by;
+    const { rule, thresholds, hit } = by;
     const decision: RuleDecision = {
       allowed: false,
       limit: hit.limit,
@@ -482,6 +509,7 @@ function crossed(share: number, { limit, remaining, cost }: RuleDecision): boole
  * outcome for all of them; nothing reads an outcome to change it.
  */
 const NOT_COUNTED = Promise.resolve(rateLimitOutcome([], true, []));
+const NO_CLIENT: { address: string | undefined } = { address: undefined };
 
 /** The `conditional` of nearly every outcome: no rule with `countOn`. */
 const NO_CONDITIONAL_UNITS = Object.freeze([]) as unknown as ConditionalUnits[];
