@@ -80,7 +80,7 @@ describeStores('the demo app’s documented endpoints', (store) => {
     expect(await statuses(app, '/reports', 3, { ...tenant('acme'), 'x-internal': 'yes' })).toEqual(repeat(200, 3));
   });
 
-  it('POST /completions: max_tokens reserved, the tokens used charged after', async () => {
+  it('POST /completions: an estimate reserved, the tokens used charged after', async () => {
     await start();
     const first = await request(app.getHttpServer())
       .post('/completions')

@@ -11,11 +11,15 @@ import { createTestApp, uniquePrefix } from '../support/test-app.js';
 
 interface CompletionRequest {
   tenant: string;
-  /** What the client asks for at most: the reservation. */
-  maxTokens: number;
-  /** What the "model" uses: the real cost. */
+  /** What the client expects to use: the reservation. */
+  estimate: number;
+  /** What the "model" uses: the real cost (at most MAX_TOKENS, unless a test says otherwise). */
   uses: number;
+  /** The handler fails after the decision. */
+  fail?: boolean;
 }
+/** The route's `maxCost`: the most tokens a completion can use. */
+const MAX_TOKENS = 100;
 interface Completion {
   usage: { totalTokens: number };
 }
@@ -59,17 +63,19 @@ let gated = false;
 
 @Controller()
 class CompletionsController {
-  /** A token budget per tenant per minute: `maxTokens` reserved, the tokens used charged after. */
+  /** A token budget per tenant per minute: the estimate reserved, the tokens used charged after. */
   @Post('completions')
   @RateLimit({
     count: 1_000,
     window: '1m',
     by: (context) => body(context).tenant,
-    cost: (context) => body(context).maxTokens,
+    cost: (context) => body(context).estimate,
+    maxCost: MAX_TOKENS,
     settleCost: (result) => (result as Completion).usage.totalTokens,
   })
   async complete(@Body() given: CompletionRequest): Promise<Completion> {
     if (gated) await gate.pass();
+    if (given.fail) throw new Error('model unavailable');
     return { usage: { totalTokens: given.uses } };
   }
 }
@@ -99,41 +105,57 @@ describeStoresAndPlatforms('settleCost: the real cost settled after the handler'
     return (await used(tenant)).used;
   };
 
+  const post = (tenant: string, estimate: number, uses: number, fail = false) =>
+    request(app!.getHttpServer()).post('/completions').send({ tenant, estimate, uses, fail });
+
   it('refunds what a request reserved and did not use; charges an overdraft, so the next requests wait', async () => {
     await start();
-    const post = (maxTokens: number, uses: number) =>
-      request(app!.getHttpServer()).post('/completions').send({ tenant: 'acme', maxTokens, uses });
-    const first = await post(500, 100);
-    expect([first.status, first.headers['ratelimit-remaining']]).toEqual([201, '500']);
+    const first = await post('acme', 50, 10);
+    expect([first.status, first.headers['ratelimit-remaining']]).toEqual([201, '950']);
+    expect(await settledAt('acme', 10)).toBe(10);
+    // An overdraft: 20 reserved, 90 used.
+    await post('acme', 20, 90).expect(201);
     expect(await settledAt('acme', 100)).toBe(100);
-    // An overdraft: 100 reserved, 800 used.
-    await post(100, 800).expect(201);
-    expect(await settledAt('acme', 900)).toBe(900);
-    // 900 of 1,000 used: a request reserving 200 waits for the window.
-    const refused = await post(200, 10);
+    for (let used = 100; used < 900; used += 100) {
+      await post('acme', 50, 100).expect(201);
+      expect(await settledAt('acme', used + 100)).toBe(used + 100);
+    }
+    // Alone, a request is admitted by its estimate: 900 + 60 fits, and it uses 100.
+    await post('acme', 60, 100).expect(201);
+    expect(await settledAt('acme', 1_000)).toBe(1_000);
+    const refused = await post('acme', 1, 1);
     expect(refused.status).toBe(429);
     expect(Number(refused.headers['retry-after'])).toBeGreaterThan(0);
-    await post(100, 100).expect(201);
-    expect(await settledAt('acme', 1_000)).toBe(1_000);
   });
 
-  /** 50 requests at once, each reserving 50 and using `uses[i]`; all decided before any settles. */
-  async function wave(tenant: string, uses: readonly number[]): Promise<number[]> {
+  it('a request whose handler fails keeps its reservation, and holds nothing more in flight', async () => {
+    await start();
+    expect((await post('umbrella', 50, 0, true)).status).toBe(500);
+    expect(await settledAt('umbrella', 50)).toBe(50);
+    // Its claim ended with it: the budget's last units are spent (with the claim held, the 19th
+    // request would find 950 + 50 reserved and 50 at most in flight, past 1,000).
+    for (let i = 0; i < 19; i += 1) {
+      await post('umbrella', 50, 50).expect(201);
+      expect(await settledAt('umbrella', 100 + i * 50)).toBe(100 + i * 50);
+    }
+    expect((await post('umbrella', 1, 1)).status).toBe(429);
+  });
+
+  /**
+   * 50 requests at once, each reserving 50 and using `uses[i]`; all decided before any settles.
+   * Admitted: while the budget holds each admitted one at its most (100); so `admitted` of them.
+   */
+  async function wave(tenant: string, uses: readonly number[], admitted: number): Promise<number[]> {
     gated = true;
     let refused = 0;
     // Sent at once (supertest sends when asked for its answer).
     const answers = uses.map((n) =>
-      request(app!.getHttpServer())
-        .post('/completions')
-        .send({ tenant, maxTokens: 50, uses: n })
-        .then(({ status }) => {
-          if (status === 429) refused += 1;
-          return status;
-        }),
+      post(tenant, 50, n).then(({ status }) => {
+        if (status === 429) refused += 1;
+        return status;
+      }),
     );
-    // Reservations of 50 each: 20 fit in 1,000 while all are in flight; every request decided
-    // (waiting at the gate, or refused) before any settles.
-    await gate.until(20);
+    await gate.until(admitted);
     while (gate.waiting + refused < uses.length) await new Promise((resolve) => setImmediate(resolve));
     gate.open();
     const statuses = await Promise.all(answers);
@@ -144,27 +166,43 @@ describeStoresAndPlatforms('settleCost: the real cost settled after the handler'
 
   it('under 50 concurrent requests: the stored count is the sum of the real costs, refunds and overdrafts alike', async () => {
     await start();
-    // 5 use 80 (an overdraft of 30 each), the others 0 to 39: whichever 20 are admitted use under 1,000.
-    const uses = Array.from({ length: 50 }, (_, i) => (i < 5 ? 80 : (i * 7) % 40));
-    const statuses = await wave('globex', uses);
-    expect(statuses.filter((status) => status === 201)).toHaveLength(20);
-    expect(statuses.filter((status) => status === 429)).toHaveLength(30);
+    // Some overdraw (80 of 50 reserved), the others refund.
+    const uses = Array.from({ length: 50 }, (_, i) => (i % 3 === 0 ? 80 : (i * 7) % 40));
+    // In flight, each holds 50 reserved and 50 more at most: the 11th would find 1,000 held.
+    const statuses = await wave('globex', uses, 10);
+    expect(statuses.filter((status) => status === 201)).toHaveLength(10);
+    expect(statuses.filter((status) => status === 429)).toHaveLength(40);
     const total = uses.filter((_, i) => statuses[i] === 201).reduce((sum, n) => sum + n, 0);
     expect(await settledAt('globex', total)).toBe(total);
   });
 
-  it('under 50 concurrent requests past the budget: admitted by their reservations only, then nothing more', async () => {
+  it('under 50 concurrent requests near the end of the budget: past it by one overdraft at most', async () => {
     await start();
-    // Each admitted request overdraws (50 reserved, 51 to 100 used): the budget ends in the wave.
-    const uses = Array.from({ length: 50 }, (_, i) => 51 + ((i * 37) % 50));
-    const statuses = await wave('initech', uses);
-    expect(statuses.filter((status) => status === 201)).toHaveLength(20);
-    // Every overdraft charged: the budget is gone (1,000 reserved, more used), and the next request waits.
+    for (let used = 0; used < 900; used += 100) await post('initech', 100, 100).expect(201);
+    expect(await settledAt('initech', 900)).toBe(900);
+    // 100 left: one request reserving 50 fits with its 50 more at most; a second would not.
+    // (Admitted by their reservations alone, two would use 200: two overdrafts past the budget.)
+    const statuses = await wave(
+      'initech',
+      Array.from({ length: 50 }, () => MAX_TOKENS),
+      1,
+    );
+    expect(statuses.filter((status) => status === 201)).toHaveLength(1);
     expect(await settledAt('initech', 1_000)).toBe(1_000);
-    const next = await request(app!.getHttpServer())
-      .post('/completions')
-      .send({ tenant: 'initech', maxTokens: 1, uses: 1 });
-    expect(next.status).toBe(429);
+    expect((await post('initech', 1, 1)).status).toBe(429);
+  });
+
+  it('under 50 concurrent requests each using its most: the budget is never passed', async () => {
+    await start();
+    const statuses = await wave(
+      'massive',
+      Array.from({ length: 50 }, () => MAX_TOKENS),
+      10,
+    );
+    const admitted = statuses.filter((status) => status === 201).length;
+    expect(admitted).toBe(10);
+    // At most the budget and one request's overdraft (50): here exactly the budget.
+    expect(await settledAt('massive', admitted * MAX_TOKENS)).toBe(1_000);
   });
 });
 
@@ -181,6 +219,7 @@ class SearchResolver {
     count: 100,
     window: '1m',
     cost: 20,
+    maxCost: 60,
     settleCost: (result) => (result as string[]).length,
   })
   search(@Args('rows', { type: () => Int }) rows: number): string[] {

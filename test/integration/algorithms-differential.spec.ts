@@ -14,6 +14,8 @@ interface RuleShape {
   blockMs: number;
   /** A `countOn` rule: admissions stay in flight until settled, and rejections they cause are provisional. */
   conditional: boolean;
+  /** A `settleCost` rule (never a `countOn` one): the most an admission may yet be charged, held in flight. */
+  overdraftBound: number | undefined;
 }
 
 const rule = (algorithm: fc.Arbitrary<RateLimitAlgorithmName>): fc.Arbitrary<RuleShape> =>
@@ -24,6 +26,7 @@ const rule = (algorithm: fc.Arbitrary<RateLimitAlgorithmName>): fc.Arbitrary<Rul
     burst: fc.integer({ min: 1, max: 10 }),
     blockMs: fc.constantFrom(0, 0, 0, 500, 3_000),
     conditional: fc.constantFrom(false, false, true),
+    overdraftBound: fc.constantFrom(undefined, undefined, undefined, 0, 2, 5),
   });
 
 /**
@@ -101,6 +104,7 @@ describe('Redis scripts and the embedded store decide and refund alike (property
         windowMs: Math.max(1, Math.round(shape.windowMs * windowScale)),
         key: `p:{${identity}}:r${i}:${shape.algorithm}`,
         cost,
+        overdraftBound: shape.conditional ? undefined : shape.overdraftBound,
       }));
       if (record) {
         await Promise.all([redisStore.record(hits, now), memory.record(hits, now)]);

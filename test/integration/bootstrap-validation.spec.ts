@@ -71,6 +71,19 @@ describe('bad rule options fail at bootstrap, naming Controller.method and the f
     expect(error.message).toBe(`@RateLimit on BadController.handler: 'lease' ${problem}`);
   });
 
+  const settled = () => 1;
+  it.each([
+    [{ settleCost: settled }, "'maxCost' is required with 'settleCost'"],
+    [{ maxCost: 5 }, "'maxCost' applies only with 'settleCost', got 5"],
+    [{ settleCost: settled, maxCost: 0 }, "'maxCost' must be a positive whole number or a function"],
+    [{ settleCost: settled, cost: 3, maxCost: 2 }, "'maxCost' is less than the reservation ('cost': 3), got 2"],
+    [{ settleCost: settled, maxCost: 5, countOn: 'success' }, "'settleCost' cannot be combined with 'countOn'"],
+    [{ settleCost: 5, maxCost: 5 }, "'settleCost' must be a function of the result and the context"],
+  ])('rejects a settleCost that cannot work: %j', async (options, problem) => {
+    const error = await bootstrapError(controllerWith({ count: 5, window: '1s', ...options }));
+    expect(error.message).toContain(`@RateLimit on BadController.handler: ${problem}`);
+  });
+
   it('names a class rule by its controller and lists every problem at once', async () => {
     @Controller('bad-class')
     @RateLimit({ count: 0, window: '1s' })

@@ -16,6 +16,14 @@ function tenantOf(context: ExecutionContext): string | undefined {
   return context.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>().headers['x-tenant'];
 }
 
+/** The prompt's tokens (about one per 4 characters) and a short answer: what a call is expected to use. */
+function estimateOf(body: CompletionRequest | undefined): number {
+  const prompt = typeof body?.prompt === 'string' ? body.prompt : '';
+  return Math.min(maxTokensOf(body), Math.ceil(prompt.length / 4) + 10);
+}
+
+const bodyOf = (context: ExecutionContext) => context.switchToHttp().getRequest<{ body?: CompletionRequest }>().body;
+
 function maxTokensOf(body: CompletionRequest | undefined): number {
   const max = body?.max_tokens ?? 1_000;
   if (typeof max !== 'number' || !Number.isSafeInteger(max) || max < 1 || max > 10_000) {
@@ -28,9 +36,11 @@ function maxTokensOf(body: CompletionRequest | undefined): number {
 export class CompletionsController {
   /**
    * A token budget as an LLM API keeps one: 10,000 tokens a minute per tenant (`x-tenant`). A call
-   * reserves its `max_tokens`; once the "model" has answered, the tokens it used are charged instead
-   * (the rest refunded, an overrun charged in full: the tenant's next calls wait for it). Live under
-   * `demo.completions`; one tenant's own budget with `set-override demo.completions <tenant> count=…`.
+   * reserves an estimate; once the "model" has answered, the tokens it used are charged instead
+   * (the rest refunded, an overrun charged in full: the tenant's next calls wait for it). Until then
+   * it also holds its `max_tokens` against the tenant's other calls, so calls running together
+   * never overdraw the budget by more than one call's overrun. Live under `demo.completions`; one
+   * tenant's own budget with `set-override demo.completions <tenant> count=…`.
    */
   @Post('completions')
   @RateLimit({
@@ -38,8 +48,9 @@ export class CompletionsController {
     window: '1m',
     configKey: 'demo.completions',
     by: (context) => tenantOf(context) ?? 'no-tenant',
-    cost: (context) => maxTokensOf(context.switchToHttp().getRequest<{ body?: CompletionRequest }>().body),
-    settleCost: (result) => (result as Completion).usage.total_tokens,
+    cost: (context) => estimateOf(bodyOf(context)), // reserved up front
+    maxCost: (context) => maxTokensOf(bodyOf(context)), // the most a call may use
+    settleCost: (result) => (result as Completion).usage.total_tokens, // charged once answered
   })
   complete(@Body() body: CompletionRequest | undefined): Completion {
     const max = maxTokensOf(body);

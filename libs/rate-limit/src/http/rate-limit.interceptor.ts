@@ -57,7 +57,8 @@ export class RateLimitInterceptor implements NestInterceptor {
    * Settles what only the handler's outcome tells. `countOn` units of a GraphQL operation or a
    * WebSocket message: done (its result out) is a success; an error, or an end before the result
    * (the client went, the stream was dropped), a failure. `settleCost` rules: their real cost, of
-   * the handler's result, once it is out; a handler that fails keeps the reservation.
+   * the handler's result, once it is out; a handler that fails (or never ends) keeps the
+   * reservation, settled all the same to end its claim in flight.
    */
   private settledByHandler(
     outcome: RateLimitOutcome,
@@ -69,40 +70,47 @@ export class RateLimitInterceptor implements NestInterceptor {
     this.limiter ??= this.moduleRef.get(RateLimiterService, { strict: false });
     const limiter = this.limiter!;
     let settled = !countOn;
-    const settle = (succeeded: boolean) => {
-      if (settled) return;
-      settled = true;
-      void limiter.settle(outcome, succeeded);
+    let costsSettled = !costs;
+    /** @param done the handler's result; none when it failed or never ended. */
+    const settle = (done?: { result: unknown }) => {
+      if (!settled) {
+        settled = true;
+        void limiter.settle(outcome, done !== undefined);
+      }
+      if (!costsSettled) {
+        costsSettled = true;
+        void this.settleCosts(limiter, outcome, done, context);
+      }
     };
     let result: unknown;
     return handled.pipe(
       tap({
         next: (value) => (result = value),
-        complete: () => {
-          settle(true);
-          if (costs) void this.settleCosts(limiter, outcome, result, context);
-        },
-        error: () => settle(false),
+        complete: () => settle({ result }),
+        error: () => settle(),
       }),
-      finalize(() => settle(false)),
+      finalize(() => settle()),
     );
   }
 
-  /** Each `settleCost` rule's real cost of the result, then one settlement for all. */
+  /** Each `settleCost` rule's real cost of the result (or its reservation), then one settlement for all. */
   private async settleCosts(
     limiter: RateLimiterService,
     outcome: RateLimitOutcome,
-    result: unknown,
+    done: { result: unknown } | undefined,
     context: ExecutionContext,
   ): Promise<void> {
     const actual: Record<string, number> = {};
-    for (const { rule } of outcome.reserved) {
+    for (const { rule, refund } of outcome.reserved) {
+      if (!done) {
+        actual[rule.name] = refund.hit.cost;
+        continue;
+      }
       try {
-        actual[rule.name] = await rule.settleCost!(result, context);
-      } catch (error) {
+        actual[rule.name] = await rule.settleCost!(done.result, context);
+      } catch {
         // Kept as reserved; the limiter says an invalid cost once, and this is one.
         actual[rule.name] = Number.NaN;
-        void error;
       }
     }
     await limiter.settleCost(outcome, actual);

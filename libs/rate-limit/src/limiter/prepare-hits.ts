@@ -114,12 +114,12 @@ export class HitPreparation {
     thresholds: Thresholds,
     context: ExecutionContext,
   ): PreparedRule | Promise<PreparedRule> {
-    const { by, cost } = rule;
-    if (typeof by !== 'function' && typeof cost === 'number') {
+    const { by, cost, maxCost } = rule;
+    if (typeof by !== 'function' && typeof cost === 'number' && typeof maxCost !== 'function') {
       return this.prepared(rule, thresholds, by === 'global' ? 'global' : this.clientAddress(rule, context), cost);
     }
-    return Promise.all([this.identify(rule, context), this.costOf(rule, context)]).then(([identity, resolved]) =>
-      this.prepared(rule, thresholds, identity, resolved),
+    return Promise.all([this.identify(rule, context), this.costOf(rule, context)]).then(async ([identity, resolved]) =>
+      this.prepared(rule, thresholds, identity, resolved, await this.maxCostOf(rule, context, resolved)),
     );
   }
 
@@ -155,7 +155,17 @@ export class HitPreparation {
     return rule.by === 'ip' ? clientAddressIdentity(identity, this.ipv6PrefixBits) : identity;
   }
 
-  private prepared(rule: RateLimitRule, given: Thresholds, identity: string | null, cost: number): PreparedRule {
+  /**
+   * @param maxCost a `settleCost` rule's most for this request (its `maxCost`); undefined for other
+   *   rules.
+   */
+  private prepared(
+    rule: RateLimitRule,
+    given: Thresholds,
+    identity: string | null,
+    cost: number,
+    maxCost = typeof rule.maxCost === 'number' ? rule.maxCost : undefined,
+  ): PreparedRule {
     let thresholds = given;
     // An identity's own thresholds, set live for a while (`RateLimitManagementService.setOverride`).
     if (this.controls?.anyOverrides && rule.configKey !== undefined && identity !== null) {
@@ -177,6 +187,7 @@ export class HitPreparation {
         cost,
         burst: thresholds.burst,
         blockMs: rule.blockMs,
+        overdraftBound: maxCost === undefined ? undefined : Math.max(0, maxCost - cost),
       },
     };
   }
@@ -213,6 +224,19 @@ export class HitPreparation {
       `@RateLimit on ${rule.declaredOn}: 'cost' returned ${describeValue(value)}, not a whole number >= 0; counting 1`,
     );
     return 1;
+  }
+
+  /** A `settleCost` rule's most for this request; its cost (nothing more held in flight) when that fails. */
+  private async maxCostOf(rule: RateLimitRule, context: ExecutionContext, cost: number): Promise<number | undefined> {
+    const { maxCost } = rule;
+    if (typeof maxCost !== 'function') return maxCost;
+    const value: unknown = await maxCost(context);
+    if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
+    this.warnings.once(
+      `maxCost:${rule.declaredOn}:${rule.name}`,
+      `@RateLimit on ${rule.declaredOn}: 'maxCost' returned ${describeValue(value)}, not a whole number >= 0; such requests hold only their reservation in flight, and may overdraw the budget together`,
+    );
+    return cost;
   }
 
   /**

@@ -17,7 +17,7 @@ import { DecidingStore, type ResilientConsumption } from '../resilience/deciding
 import { LeasingStore } from '../resilience/leasing.store.js';
 import { RateLimitRuleRegistry, type RateLimitRuleRef } from '../rules/rate-limit-rule.registry.js';
 import { RateLimitConfigurationError, type RateLimitRule } from '../rules/rate-limit-rule.js';
-import { type RateLimitHit, type RateLimitRefund, capacityOf } from '../store/rate-limit-store.js';
+import { type RateLimitHit, type RateLimitSettlement, capacityOf } from '../store/rate-limit-store.js';
 import type { AllowList } from '../rules/allow-list.js';
 import type { RateLimitInspection } from './rate-limit-inspection.js';
 import { CountOnWaits } from './count-on-waits.js';
@@ -222,6 +222,11 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         );
       }
       for (const rule of resolved) {
+        if (typeof rule.maxCost === 'function') {
+          throw new RateLimitConfigurationError(
+            `RateLimiterService.consume: rule ${rule.name} takes its 'maxCost' from the request (a function), which work outside HTTP has none of; declare it as a number`,
+          );
+        }
         const thresholds = this.hits.thresholdsOf(rule);
         if (thresholds.mode !== 'off') prepared.push(this.hits.forIdentity(rule, thresholds, identity, cost));
       }
@@ -304,10 +309,12 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   /**
    * Settles what a request really cost under its rules with `settleCost`: each rule's reservation
    * (its `cost`) against `actual` (a whole number >= 0, or one per rule name). Less is refunded, more
-   * charged past the limit if need be (the identity's next requests wait for it): one store call for
-   * the refunds, one for the charges. Call it once per outcome; `RateLimitInterceptor` does, with
-   * each rule's `settleCost` of the handler's result. Never throws; a failed call leaves the
-   * reservation counted (it is logged), and an invalid `actual` too (said once).
+   * charged past the limit if need be (the identity's next requests wait for it), in the call that
+   * ends the request's claim in flight (its `maxCost`): one store call per rule's slot. Call it once
+   * per outcome, also when the work failed (with the reservation, to keep it); the claim otherwise
+   * holds the identity's budget for a window. `RateLimitInterceptor` does, with each rule's
+   * `settleCost` of the handler's result. Never throws; a failed call leaves the reservation
+   * counted (it is logged), and an invalid `actual` too (said once).
    *
    * @example
    * ```ts
@@ -319,24 +326,31 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   async settleCost(outcome: RateLimitOutcome, actual: number | Readonly<Record<string, number>>): Promise<void> {
     const { reserved } = outcome;
     if (reserved.length === 0) return;
-    const refunds: RateLimitRefund[] = [];
+    // Each ends its claim in flight: a refund, or the reservation kept, by `settle`; a charge by itself.
+    const settlements: RateLimitSettlement[] = [];
     const charges: RateLimitHit[] = [];
     for (const { rule, refund } of reserved) {
-      const units = typeof actual === 'number' ? actual : actual[rule.name];
+      const { hit, receipt } = refund;
+      let units = typeof actual === 'number' ? actual : actual[rule.name];
       if (!Number.isSafeInteger(units) || units < 0) {
         this.warnings.once(
           `settleCost:${rule.declaredOn}:${rule.name}`,
-          `@RateLimit on ${rule.declaredOn}: the cost settled (${String(units)}) is not a whole number >= 0 (or settleCost threw); the reservation of ${refund.hit.cost} stays`,
+          `@RateLimit on ${rule.declaredOn}: the cost settled (${String(units)}) is not a whole number >= 0 (or settleCost threw); the reservation of ${hit.cost} stays`,
         );
-        continue;
+        units = hit.cost;
+      } else if (hit.overdraftBound !== undefined && units > hit.cost + hit.overdraftBound) {
+        this.warnings.once(
+          `maxCost:${rule.declaredOn}:${rule.name}`,
+          `@RateLimit on ${rule.declaredOn}: a request cost ${units}, more than its maxCost (${hit.cost + hit.overdraftBound}); charged in full, but requests in flight together may overdraw the budget by more than one request's overdraft`,
+        );
       }
-      const difference = units - refund.hit.cost;
-      if (difference < 0) refunds.push({ hit: { ...refund.hit, cost: -difference }, receipt: refund.receipt });
-      else if (difference > 0) charges.push({ ...refund.hit, cost: difference });
+      const difference = units - hit.cost;
+      if (difference > 0) charges.push({ ...hit, cost: difference, settles: receipt.nonce });
+      else settlements.push({ hit: { ...hit, cost: -difference }, receipt, refund: difference < 0 });
     }
     try {
       await Promise.all([
-        refunds.length > 0 ? this.store.settle(refunds.map((each) => ({ ...each, refund: true }))) : undefined,
+        settlements.length > 0 ? this.store.settle(settlements) : undefined,
         charges.length > 0 ? this.store.charge(charges, this.now()) : undefined,
       ]);
     } catch (error) {

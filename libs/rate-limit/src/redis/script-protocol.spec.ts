@@ -43,6 +43,8 @@ describe('script layouts', () => {
         force: false,
         markFrom: 8,
         conditional: true,
+        overdraft: -1,
+        settles: '',
       },
       {
         key: 'p:{u}:b:gc',
@@ -58,6 +60,8 @@ describe('script layouts', () => {
         force: true,
         markFrom: 0,
         conditional: false,
+        overdraft: 30,
+        settles: '17',
       },
     ];
     expect(CONSUME_LAYOUT.decodeCall(CONSUME_LAYOUT.encode(head, rules))).toEqual({

@@ -123,9 +123,17 @@ export interface RateLimitOptions {
    * estimate); after the handler the difference is refunded or charged, in one store call. An
    * overdraft is charged in full, past the limit if need be, so the identity's next requests wait
    * for it. A handler that throws keeps the reservation. Settled by `RateLimitInterceptor`, which
-   * `@RateLimit` adds; outside HTTP, `RateLimiterService.settleCost`.
+   * `@RateLimit` adds; outside HTTP, `RateLimiterService.settleCost`. Needs `maxCost`.
    */
   settleCost?: RateLimitSettleCost;
+  /**
+   * With `settleCost`: the most one request can really cost (an LLM call's `max_tokens`, an export's
+   * page size), or a function of the request giving it (not for `consume`). Until it is settled, a request counts against the others at its most: one is
+   * admitted only while the budget holds it and every request still in flight at their most. So
+   * requests running together never pass the budget by more than one request's overdraft (the
+   * most less the reservation), and one alone spends the budget by its estimate.
+   */
+  maxCost?: RateLimitCost;
 }
 
 /** What a request really cost, from its handler's result (a whole number >= 0). */
@@ -169,6 +177,8 @@ export interface RateLimitRule {
   readonly tiers: ReadonlyMap<string, RateLimitRule> | undefined;
   readonly tier: RateLimitTierResolver | undefined;
   readonly settleCost: RateLimitSettleCost | undefined;
+  /** With `settleCost`, the most one request can cost; undefined otherwise. */
+  readonly maxCost: RateLimitCost | undefined;
   /** A share of the limit whose crossing is reported; undefined: none. */
   readonly nearLimit: number | undefined;
   /** Set for the rule of one of another rule's `tiers`: that tier's name. */
@@ -343,6 +353,24 @@ export function validateRule(
     // A leased unit is this instance's, which a charge past it could not reach.
     if (options.lease !== undefined) fail('settleCost', "cannot be combined with 'lease'", settleCost);
   }
+  const { maxCost } = options;
+  if (settleCost !== undefined || maxCost !== undefined) {
+    if (settleCost === undefined) fail('maxCost', "applies only with 'settleCost'", maxCost);
+    // Without it, requests in flight together could each overdraw the budget: no bound at all.
+    if (maxCost === undefined) {
+      fail(
+        'maxCost',
+        "is required with 'settleCost': the most one request can really cost, so that requests in flight together never overdraw the budget by more than one request's overdraft",
+        maxCost,
+      );
+    }
+    if (typeof maxCost !== 'function') {
+      if (typeof maxCost !== 'number' || parseCount(maxCost) === undefined)
+        fail('maxCost', 'must be a positive whole number or a function of the ExecutionContext', maxCost);
+      if (typeof cost === 'number' && maxCost! < cost)
+        fail('maxCost', `is less than the reservation ('cost': ${cost})`, maxCost);
+    }
+  }
   const { nearLimit } = options;
   if (nearLimit !== undefined && !(typeof nearLimit === 'number' && nearLimit > 0 && nearLimit < 1)) {
     fail('nearLimit', 'must be a share of the limit above 0 and below 1 (0.8: 80%)', nearLimit);
@@ -369,6 +397,7 @@ export function validateRule(
     tier: tiers ? tier : undefined,
     nearLimit,
     settleCost,
+    maxCost,
   };
 }
 
@@ -396,6 +425,7 @@ export function ruleOptions(rule: RateLimitRule): RateLimitOptions {
   if (rule.allow !== undefined) options.allow = rule.allow.source;
   if (rule.nearLimit !== undefined) options.nearLimit = rule.nearLimit;
   if (rule.settleCost !== undefined) options.settleCost = rule.settleCost;
+  if (rule.maxCost !== undefined) options.maxCost = rule.maxCost;
   return options;
 }
 

@@ -68,7 +68,7 @@ export class MemoryRateLimitStore extends RateLimitStore {
   private readonly evictedStates: EvictedStateSketch;
   private readonly evictedBlocks: EvictedStateSketch;
   /**
-   * Per pending key, the `countOn` admissions in flight by nonce. An entry whose settle never came
+   * Per pending key, the `countOn` and `settleCost` admissions in flight by nonce. An entry whose settle never came
    * lapses after a window; a key evicted early only makes its rejections final sooner (a penalty
    * may start), which gives no budget back.
    */
@@ -113,6 +113,7 @@ export class MemoryRateLimitStore extends RateLimitStore {
       const state = this.stateOf(hit, now);
       const step: Step = ALGORITHMS[hit.algorithm].step(state, hit, now);
       if (!step.allowed && hit.conditional) step.provisional = this.refusedByInFlight(hit, state, step, now);
+      if (step.allowed && hit.overdraftBound !== undefined) return this.withMostInFlight(hit, state, step, now);
       return step;
     });
     const allowed = steps.every((step) => step.allowed);
@@ -121,7 +122,8 @@ export class MemoryRateLimitStore extends RateLimitStore {
       const step = steps[i];
       if (allowed) {
         this.hold(hit, step.next, step.remaining, step.ttlMs ?? 0, now);
-        if (hit.conditional) this.admitInFlight(hit, nonce, now);
+        if (hit.conditional) this.admitInFlight(hit, hit.cost, nonce, now);
+        else if (hit.overdraftBound) this.admitInFlight(hit, hit.overdraftBound, nonce, now);
       } else if (!step.allowed && !step.blocked && !step.provisional && hit.blockMs > 0) {
         this.blockedUntil.set(keysBeside(hit.key).blockKey, now + hit.blockMs, { ttl: hit.blockMs + GRACE_MS });
         step.resetMs = Math.max(step.resetMs, hit.blockMs);
@@ -165,15 +167,14 @@ export class MemoryRateLimitStore extends RateLimitStore {
       // A refused step reports what was left before its units; what is left after them is wanted.
       const remaining = step.allowed ? step.remaining : algorithm.step(step.next, { ...hit, cost: 0 }, now).remaining;
       this.hold(hit, step.next, remaining, step.ttlMs, now);
+      if (hit.settles !== undefined) this.endInFlight(hit, hit.settles);
     }
     return Promise.resolve();
   }
 
   settle(settlements: readonly RateLimitSettlement[]): Promise<void> {
     for (const { hit, receipt, refund } of settlements) {
-      const { pendingKey } = keysBeside(hit.key);
-      const inFlight = this.inFlight.get(pendingKey);
-      if (inFlight?.delete(receipt.nonce) && inFlight.size === 0) this.inFlight.delete(pendingKey);
+      this.endInFlight(hit, receipt.nonce);
       if (!refund) continue;
       // An evicted key's units stay in the sketch: its refund is lost, on the safe side. `used`
       // stays too: a refund only lowers the state, so it still bounds it.
@@ -214,12 +215,36 @@ export class MemoryRateLimitStore extends RateLimitStore {
     return ALGORITHMS[hit.algorithm].step(state, { ...hit, cost: Math.max(0, hit.cost - units) }, now).allowed;
   }
 
-  private admitInFlight(hit: RateLimitHit, nonce: string, now: number): void {
+  /**
+   * An admitted `settleCost` hit, as the Redis script decides it: refused (provisionally, no
+   * penalty) unless the budget holds it and every admission still in flight at its most.
+   */
+  private withMostInFlight(hit: RateLimitHit, state: unknown, step: Step, now: number): Step {
+    const inFlight = this.inFlight.get(keysBeside(hit.key).pendingKey);
+    if (!inFlight) return step;
+    this.dropUnsettled(inFlight, hit, now);
+    let most = 0;
+    for (const admission of inFlight.values()) most += admission.units;
+    if (most === 0) return step;
+    const worst: Step = ALGORITHMS[hit.algorithm].step(state, { ...hit, cost: hit.cost + most }, now);
+    if (worst.allowed) return step;
+    worst.provisional = true;
+    return worst;
+  }
+
+  /** @param units what the admission holds in flight: a `countOn` one's cost, a `settleCost` one's overdraft. */
+  private admitInFlight(hit: RateLimitHit, units: number, nonce: string, now: number): void {
     const { pendingKey } = keysBeside(hit.key);
     const inFlight = this.inFlight.get(pendingKey) ?? new Map<string, InFlight>();
     this.dropUnsettled(inFlight, hit, now);
-    inFlight.set(nonce, { units: hit.cost, admittedAt: now });
+    inFlight.set(nonce, { units, admittedAt: now });
     this.inFlight.set(pendingKey, inFlight, { ttl: hit.windowMs + GRACE_MS });
+  }
+
+  private endInFlight(hit: RateLimitHit, nonce: string): void {
+    const { pendingKey } = keysBeside(hit.key);
+    const inFlight = this.inFlight.get(pendingKey);
+    if (inFlight?.delete(nonce) && inFlight.size === 0) this.inFlight.delete(pendingKey);
   }
 
   /** Admissions whose settle never came hold nothing after a window. */

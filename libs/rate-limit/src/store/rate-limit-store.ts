@@ -25,6 +25,18 @@ export interface RateLimitHit {
    * rejection caused only by units in flight is provisional: no penalty, and worth asking again.
    */
   conditional: boolean;
+  /**
+   * A `settleCost` rule's admission: the most it may yet be charged past its cost (`maxCost` less
+   * `cost`). Until settled (a window at most) it counts against the identity's other admissions, so
+   * requests in flight together cannot overdraw the budget by more than one of them. Undefined for
+   * other rules. A store of your own may ignore it (and with it the bound).
+   */
+  overdraftBound?: number;
+  /**
+   * A charge (`record`) that settles an admission of a `settleCost` rule: the admission's nonce,
+   * whose claim in flight (`overdraftBound`) it ends in the same call.
+   */
+  settles?: string;
 }
 
 /** The same shape from every store and algorithm, so headers and `Retry-After` never differ. */

@@ -20,7 +20,9 @@ const CONSUME_REPLY = {
  * ARGV: now in ms (negative: use Redis TIME), a nonce unique to the request, then per rule: the
  * algorithm, limit, window ms, cost, burst, block ms, `force` to record the units without deciding
  * (units the fallback admitted while Redis was out), the count from which a fixed window also writes
- * its marker (0: never), and `conditional` for a `countOn` rule.
+ * its marker (0: never), `conditional` for a `countOn` rule, `overdraft` for a `settleCost` rule
+ * (the most its admission may yet be charged past its cost; -1 for other rules), and `settles` for
+ * a charge that settles such an admission (its nonce; '' for none).
  * Reply: all admitted, now, then per rule: admitted, remaining, reset ms, and whether the rejection
  * is provisional and whether a key of the rule was repaired.
  */
@@ -34,6 +36,8 @@ export const CONSUME_LAYOUT = defineScriptLayout('consume', {
       force: 'flag',
       markFrom: 'number',
       conditional: 'flag',
+      overdraft: 'number',
+      settles: 'string',
     },
   },
   reply: CONSUME_REPLY,
@@ -49,6 +53,11 @@ export const CONSUME_LAYOUT = defineScriptLayout('consume', {
  * its pending key holds one member per admission, `nonce:cost`, scored by its time. A rejection that
  * the rule would not make but for units still in flight is provisional: it starts no penalty, since
  * those units may yet be refunded, and the caller may wait for them and ask again.
+ *
+ * A `settleCost` rule's admissions are in flight too until settled, each holding in its pending key
+ * the most it may yet be charged past its cost (`nonce:overdraft`). A request is admitted only if the
+ * budget holds it and all of those at their most; when only they stand in the way, the rejection is
+ * provisional (they may settle for less). The charge that settles an admission removes its member.
  *
  * The call and reply are CONSUME_LAYOUT's. Each algorithm's Lua lives in
  * `algorithms/<name>/<name>.lua.ts`, next to its TypeScript twin and its stored fields; a call runs
@@ -112,6 +121,18 @@ for i = 1, call.rules do
         without.cost = math.max(0, p.cost - inFlight)
         s.provisional = algorithm.check(p.key, now, without).allowed
       end
+    elseif s.allowed and p.overdraft >= 0 then
+      local most = inFlightUnits(p.pendingKey, now, p, now - p.window + 1)
+      if most > 0 then
+        local worst = {}
+        for name, value in pairs(p) do worst[name] = value end
+        worst.cost = p.cost + most
+        local w = algorithm.check(p.key, now, worst)
+        if not w.allowed then
+          s = w
+          s.provisional = true
+        end
+      end
     end
   end
   s.repaired = repaired
@@ -129,7 +150,12 @@ for i = 1, call.rules do
       write('ZREMRANGEBYSCORE', p.pendingKey, '-inf', now - p.window)
       redis.call('ZADD', p.pendingKey, now, pendingMember(call.nonce, p.cost))
       redis.call('PEXPIRE', p.pendingKey, p.window + GRACE_MS)
+    elseif p.overdraft > 0 and not p.force then
+      write('ZREMRANGEBYSCORE', p.pendingKey, '-inf', now - p.window)
+      redis.call('ZADD', p.pendingKey, now, pendingMember(call.nonce, p.overdraft))
+      redis.call('PEXPIRE', p.pendingKey, p.window + GRACE_MS)
     end
+    if p.settles ~= '' then redis.call('ZREM', p.pendingKey, pendingMember(p.settles, p.overdraft)) end
   else
     if not s.allowed and not s.blocked and not s.provisional and p.block > 0 then
       redis.call('SET', p.blockKey, fmt(now + p.block), 'PX', p.block + GRACE_MS)
@@ -169,6 +195,8 @@ export function encodeConsume(call: ConsumeCall): { keys: string[]; args: (strin
       force: call.record,
       markFrom: markerFrom(call.markerShare, hit),
       conditional: hit.conditional && !call.record,
+      overdraft: hit.overdraftBound ?? -1,
+      settles: hit.settles ?? '',
     })),
   );
 }

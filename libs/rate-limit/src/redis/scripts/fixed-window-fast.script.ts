@@ -83,7 +83,7 @@ return out
 
 /** Whether a hit can be decided by FIXED_WINDOW_FAST_SCRIPT (on Redis's clock, without a marker). */
 export function isFastHit(hit: RateLimitHit): boolean {
-  return hit.algorithm === 'fixed-window' && hit.blockMs === 0 && !hit.conditional;
+  return hit.algorithm === 'fixed-window' && hit.blockMs === 0 && !hit.conditional && hit.overdraftBound === undefined;
 }
 
 /** KEYS and ARGV of a call. */

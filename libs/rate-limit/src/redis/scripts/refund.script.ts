@@ -9,8 +9,9 @@ import { ALGORITHM_ARGS, algorithmArgs, algorithmsLua } from './shared.lua.js';
  *
  * KEYS per rule: its state key and its pending key.
  * ARGV: the `now` that the consume script returned, its nonce, then per rule: the algorithm, limit,
- * window ms, cost, burst, `refund` to take the units back, and for a fixed window on Redis's clock
- * the start of the admission's window (on Redis's clock; -1 for any other).
+ * window ms, cost, burst, `refund` to take the units back, for a fixed window on Redis's clock
+ * the start of the admission's window (on Redis's clock; -1 for any other), and the units its
+ * member in the pending key holds (a `countOn` admission's cost, a `settleCost` one's overdraft).
  * Reply: the number of rules settled.
  */
 export const REFUND_LAYOUT = defineScriptLayout('refund', {
@@ -21,6 +22,7 @@ export const REFUND_LAYOUT = defineScriptLayout('refund', {
       ...ALGORITHM_ARGS,
       refund: 'flag',
       start: 'number',
+      pending: 'number',
     },
   },
   reply: { head: { settled: 'number' } },
@@ -28,7 +30,7 @@ export const REFUND_LAYOUT = defineScriptLayout('refund', {
 
 /**
  * Ends admissions of one consume call (`FIXED_WINDOW_FAST_SCRIPT` or `CONSUME_SCRIPTS`): the response
- * settled (a `countOn` rule's admission is no longer in flight) and, where asked, the units are
+ * settled (a `countOn` or `settleCost` rule's admission is no longer in flight) and, where asked, the units are
  * taken back: for refunds (`countOn`), and on Cluster for the slots that admitted a request
  * another slot rejected.
  */
@@ -39,7 +41,7 @@ ${REFUND_LAYOUT.lua}
 local call = readHead()
 for i = 1, call.rules do
   local p = readRule(i)
-  read('ZREM', p.pendingKey, pendingMember(call.nonce, p.cost))
+  read('ZREM', p.pendingKey, pendingMember(call.nonce, p.pending))
   if p.refund then ALG[p.alg].refund(p.key, call.at, p, call.nonce) end
 end
 return replyHead({ settled = call.rules })
@@ -60,6 +62,7 @@ export function encodeRefund(
       ...algorithmArgs(hit),
       refund,
       start: receipt.windowStart ?? -1,
+      pending: hit.overdraftBound ?? hit.cost,
     })),
   );
 }
