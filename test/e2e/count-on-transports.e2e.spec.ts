@@ -1,4 +1,4 @@
-import type { INestApplication } from '@nestjs/common';
+import { type CanActivate, type INestApplication, UseGuards } from '@nestjs/common';
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { Args, GraphQLModule, Mutation, Query, Resolver } from '@nestjs/graphql';
 import { ConfigModule } from '@nestjs/config';
@@ -27,8 +27,34 @@ class AccountResolver {
   }
 }
 
+/** An app guard that runs after the rate limit's (a method guard after the global one). */
+let closedForMaintenance = false;
+class MaintenanceGuard implements CanActivate {
+  canActivate(): boolean {
+    return !closedForMaintenance;
+  }
+}
+
+@Resolver()
+class ExportResolver {
+  /** Only delivered exports count, 2 a minute per client. */
+  @Mutation(() => String)
+  @UseGuards(MaintenanceGuard)
+  @RateLimit({ count: 2, window: '1m', countOn: 'success' })
+  export() {
+    return 'exported';
+  }
+}
+
 @WebSocketGateway()
 class UploadGateway {
+  @SubscribeMessage('guarded-upload')
+  @UseGuards(MaintenanceGuard)
+  @RateLimit({ count: 2, window: '1m', countOn: 'success' })
+  guardedUpload(): string {
+    return 'stored';
+  }
+
   /** Only delivered uploads count, 2 a minute per client. */
   @SubscribeMessage('upload')
   @RateLimit({ count: 2, window: '1m', countOn: 'success' })
@@ -47,6 +73,7 @@ describeStores('countOn on GraphQL and WebSocket, settled by the handler', (stor
   let app: INestApplication | undefined;
   const sockets: Socket[] = [];
   afterEach(async () => {
+    closedForMaintenance = false;
     for (const socket of sockets.splice(0)) socket.disconnect();
     await app?.close();
     app = undefined;
@@ -59,7 +86,7 @@ describeStores('countOn on GraphQL and WebSocket, settled by the handler', (stor
         GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true }),
         RateLimitModule.forRoot({ redis: await store.redis(), keyPrefix: uniquePrefix() }),
       ],
-      providers: [AccountResolver, UploadGateway],
+      providers: [AccountResolver, ExportResolver, UploadGateway],
     }).compile();
     app = moduleRef.createNestApplication({ logger: false });
     await app.listen(0, '127.0.0.1');
@@ -90,8 +117,8 @@ describeStores('countOn on GraphQL and WebSocket, settled by the handler', (stor
     ]);
   });
 
-  it('a WebSocket message: its result counts, its error is refunded', async () => {
-    await start();
+  /** A socket.io client of the app; `send` answers with the ack, `limited`, or the exception's message. */
+  async function connect(): Promise<(event: string) => Promise<string>> {
     const socket = io((await app!.getUrl()).replace('[::1]', '127.0.0.1'), {
       transports: ['websocket'],
       forceNew: true,
@@ -101,7 +128,7 @@ describeStores('countOn on GraphQL and WebSocket, settled by the handler', (stor
       socket.once('connect', () => resolve());
       socket.once('connect_error', reject);
     });
-    const send = (event: string) =>
+    return (event: string) =>
       new Promise<string>((resolve) => {
         const onException = (exception: { message: string; rule?: string }) =>
           resolve(exception.rule ? 'limited' : exception.message);
@@ -111,6 +138,28 @@ describeStores('countOn on GraphQL and WebSocket, settled by the handler', (stor
           resolve(ack);
         });
       });
+  }
+
+  it('a mutation or a message a later guard refuses holds nothing in flight: decided after the guards', async () => {
+    await start();
+    const exportOnce = async () => {
+      const { body } = await request(app!.getHttpServer()).post('/graphql').send({ query: 'mutation { export }' });
+      return (body.data?.export as string | undefined) ?? (body.errors[0].extensions.code as string);
+    };
+    const send = await connect();
+    closedForMaintenance = true;
+    const refused: string[] = [];
+    for (let i = 0; i < 3; i += 1) refused.push(await exportOnce(), await send('guarded-upload'));
+    expect(refused).toEqual(Array.from({ length: 3 }, () => ['FORBIDDEN', 'Forbidden resource']).flat());
+    closedForMaintenance = false;
+    const answers: string[] = [];
+    for (let i = 0; i < 3; i += 1) answers.push(await exportOnce(), await send('guarded-upload'));
+    expect(answers).toEqual(['exported', 'stored', 'exported', 'stored', 'RATE_LIMITED', 'limited']);
+  });
+
+  it('a WebSocket message: its result counts, its error is refunded', async () => {
+    await start();
+    const send = await connect();
     const answers: string[] = [];
     for (let i = 0; i < 4; i += 1) answers.push(await send('broken-upload'));
     for (let i = 0; i < 3; i += 1) answers.push(await send('upload'));

@@ -101,7 +101,7 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     try {
       const rules = this.registry.rulesFor(context.getClass(), context.getHandler());
       if (rules.length === 0) return ADMITTED;
-      if (this.registry.decidedAfterGuards(rules)) {
+      if (this.registry.decidedAfterGuards(rules, context)) {
         deferToInterceptor(invocationOf(context), this);
         return ADMITTED;
       }
@@ -120,7 +120,7 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
   decideAfterGuards(context: ExecutionContext): Promise<boolean> {
     try {
       const rules = this.registry.rulesFor(context.getClass(), context.getHandler());
-      if (!this.registry.decidedAfterGuards(rules)) return ADMITTED;
+      if (!this.registry.decidedAfterGuards(rules, context)) return ADMITTED;
       return this.decide(rules, context);
     } catch (error) {
       return Promise.reject(error);

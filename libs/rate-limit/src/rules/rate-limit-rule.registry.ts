@@ -1,4 +1,4 @@
-import { Inject, Injectable, Optional } from '@nestjs/common';
+import { type ExecutionContext, Inject, Injectable, Optional } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from '../decorators/metadata-keys.js';
 import {
@@ -32,6 +32,8 @@ export class RateLimitRuleRegistry {
   private readonly rulesByClass = new WeakMap<Handler, Map<Handler, readonly RateLimitRule[]>>();
   /** Rules of handlers decided after the app's guards (`decidedAfterGuards`). */
   private readonly afterGuards = new WeakSet<readonly RateLimitRule[]>();
+  /** Rules of handlers with a `countOn` rule: decided after the app's guards outside HTTP. */
+  private readonly countingOnOutcome = new WeakSet<readonly RateLimitRule[]>();
   /** Every rule declared on a handler, by name, for the limiter's API outside HTTP. */
   private readonly rulesByName = new Map<string, RateLimitRule[]>();
   /** Rules given to the limiter's API as options, validated once per object. */
@@ -59,10 +61,15 @@ export class RateLimitRuleRegistry {
   /**
    * Whether a handler's rules (as `rulesFor` gave them) are decided after the app's guards, by
    * `RateLimitInterceptor`: when one of them reads the request through a function of the app's
-   * (`by`, `tier`, `skipIf`), which may read what an authentication guard sets. All of them then, so the request is still one store call.
+   * (`by`, `tier`, `skipIf`), which may read what an authentication guard sets; outside HTTP, also
+   * when one has `countOn`. All of them then, so the request is still one store call.
    */
-  decidedAfterGuards(rules: readonly RateLimitRule[]): boolean {
-    return this.afterGuards.has(rules);
+  decidedAfterGuards(rules: readonly RateLimitRule[], context: ExecutionContext): boolean {
+    if (this.afterGuards.has(rules)) return true;
+    // A GraphQL operation's or a WebSocket message's `countOn` units are settled by the interceptor,
+    // which never runs when a later guard refuses (HTTP settles by the response, which always ends):
+    // decided there, a refused call holds nothing in flight.
+    return this.countingOnOutcome.has(rules) && context.getType() !== 'http';
   }
 
   /**
@@ -170,6 +177,7 @@ export class RateLimitRuleRegistry {
     if (rules.length === 0) return NO_RULES;
     const frozen = Object.freeze(rules);
     if (rules.some(readsRequestAfterGuards)) this.afterGuards.add(frozen);
+    else if (rules.some((rule) => rule.countOn !== 'all')) this.countingOnOutcome.add(frozen);
     return frozen;
   }
 
