@@ -104,6 +104,21 @@ describeStoresAndPlatforms('forRoot({ defaults })', (store, platform) => {
     ]);
   });
 
+  it('a default with settleCost: every route settles its real cost after the handler', async () => {
+    app = await createTestApp({
+      platform,
+      controllers: [ShopController],
+      rateLimit: {
+        redis: await store.redis(),
+        keyPrefix: uniquePrefix(),
+        // 10 reserved, the characters answered charged: 'a' costs 1.
+        defaults: [{ count: 100, window: '1m', cost: 10, maxCost: 50, settleCost: (result) => String(result).length }],
+      },
+    });
+    // Reservations alone would admit 10.
+    expect(await statuses(app, '/a', 30)).toEqual(Array.from({ length: 30 }, () => 200));
+  });
+
   it("scope 'app': one counter per client for every route it covers", async () => {
     app = await createTestApp({
       platform,

@@ -100,8 +100,11 @@ export function countedPerRoute(rule: RateLimitRule, route: string): RateLimitRu
 
 /**
  * Whether a default needs `RateLimitInterceptor` on every route: it reads the request after the
- * app's guards, or has `countOn` (settled by a GraphQL or WebSocket handler's outcome).
+ * app's guards, has `countOn` (settled by a GraphQL or WebSocket handler's outcome) or
+ * `settleCost` (settled by any handler's result).
  */
 export function defaultsNeedInterceptor(rules: readonly DefaultRule[]): boolean {
-  return rules.some(({ rule }) => readsRequestAfterGuards(rule) || rule.countOn !== 'all');
+  return rules.some(
+    ({ rule }) => readsRequestAfterGuards(rule) || rule.countOn !== 'all' || rule.settleCost !== undefined,
+  );
 }
