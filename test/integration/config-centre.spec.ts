@@ -39,6 +39,12 @@ class TunedController {
   c() {
     return {};
   }
+
+  @Get('d')
+  @RateLimit({ count: 1, window: '1m', configKey: 'tuned.d' })
+  d() {
+    return {};
+  }
 }
 
 describe('thresholds from the config centre', () => {
@@ -64,6 +70,7 @@ describe('thresholds from the config centre', () => {
 
   afterEach(() => {
     delete process.env.RATE_LIMIT_TUNED_B_COUNT;
+    delete process.env.RATE_LIMIT_TUNED_D_ALLOW;
   });
 
   it('takes a changed value on the next request, without a restart (ConfigService.set)', async () => {
@@ -80,6 +87,17 @@ describe('thresholds from the config centre', () => {
     expect(await statuses(app, '/tuned/b', 4)).toEqual([200, 200, 200, 429]);
     process.env.RATE_LIMIT_TUNED_B_COUNT = '4';
     expect(await statuses(app, '/tuned/b', 2)).toEqual([200, 429]);
+  });
+
+  it("takes an allow list as it changes: the key's object (ConfigService.set), else the env-style JSON", async () => {
+    const probe = { 'User-Agent': 'kube-probe/1.31' };
+    expect(await statuses(app, '/tuned/d', 2, probe)).toEqual([200, 429]);
+    process.env.RATE_LIMIT_TUNED_D_ALLOW = JSON.stringify({ userAgents: ['kube-probe'] });
+    expect(await statuses(app, '/tuned/d', 3, probe)).toEqual([200, 200, 200]);
+    // The key's own object comes first.
+    config.set('limits.tuned.d.allow', { userAgents: ['Pingdom'] });
+    expect(await statuses(app, '/tuned/d', 1, probe)).toEqual([429]);
+    expect(await statuses(app, '/tuned/d', 2, { 'User-Agent': 'Pingdom.com_bot' })).toEqual([200, 200]);
   });
 
   it('falls back to the decorator field by field on invalid values, warning once per key and values', async () => {
