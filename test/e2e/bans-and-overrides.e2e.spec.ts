@@ -1,4 +1,4 @@
-import { Controller, type ExecutionContext, Get, type INestApplication } from '@nestjs/common';
+import { Controller, type ExecutionContext, Get, type INestApplication, Post } from '@nestjs/common';
 import { ConfigModule } from '@nestjs/config';
 import { Test } from '@nestjs/testing';
 import { SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
@@ -19,8 +19,9 @@ import { until as eventually } from '../support/poll.js';
 import { scriptCalls } from '../support/shared-redis.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
 
-const tenantOf = (context: ExecutionContext) =>
-  context.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>().headers['x-tenant'];
+const headerOf = (name: string) => (context: ExecutionContext) =>
+  context.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>().headers[name];
+const tenantOf = headerOf('x-tenant');
 
 @Controller()
 class ApiController {
@@ -36,6 +37,20 @@ class ApiController {
   @RateLimit({ count: 3, window: '1m', configKey: 'exports', by: tenantOf })
   exports() {
     return 'exported';
+  }
+
+  /** 2 a minute per client address; live values under 'downloads'. */
+  @Get('downloads')
+  @RateLimit({ count: 2, window: '1m', configKey: 'downloads' })
+  downloads() {
+    return 'downloaded';
+  }
+
+  /** Per tenant, by plan: 2 a minute, 5 on 'pro' (live values under 'plans' and 'plans.pro'). */
+  @Get('plans')
+  @RateLimit({ count: 2, window: '1m', configKey: 'plans', by: tenantOf, tiers: { pro: 5 }, tier: headerOf('x-plan') })
+  plans() {
+    return 'planned';
   }
 
   @Get('open')
@@ -151,6 +166,25 @@ describeStoresAndPlatforms('bans', (store, platform) => {
     await expect(management.ban('*', 'x', '400d')).rejects.toThrow("'until' must be a time in the next 365 days");
     await expect(management.ban('*', 'x', new Date(clock.now - 1))).rejects.toThrow(RateLimitConfigurationError);
   });
+
+  it('bans an address in any spelling as the rule counts it (IPv4-mapped as IPv4, IPv6 per /64)', async () => {
+    const app = await startApp(store, platform, new TestClock());
+    apps.push(app);
+    const management = app.get(RateLimitManagementService);
+    const http = () => request(app.getHttpServer());
+    expect((await management.ban('ApiController.search', '::ffff:198.51.100.20', '10m')).identity).toBe(
+      '198.51.100.20',
+    );
+    await http().get('/search').set(from('198.51.100.20')).expect(403);
+    expect((await management.ban('ApiController.downloads', '2001:db8:5:6::1', '10m')).identity).toBe(
+      '2001:db8:5:6::/64',
+    );
+    await http().get('/downloads').set(from('2001:db8:5:6:ffff::9')).expect(403);
+    expect((await management.ban('*', '::FFFF:203.0.113.50', '10m')).identity).toBe('203.0.113.50');
+    await http().get('/exports').set(from('203.0.113.50')).set('x-tenant', 'acme').expect(403);
+    expect(await management.unban('ApiController.search', '::ffff:198.51.100.20')).toBe(true);
+    await http().get('/search').set(from('198.51.100.20')).expect(200);
+  });
 });
 
 describeStoresAndPlatforms('per-identity overrides', (store, platform) => {
@@ -209,6 +243,74 @@ describeStoresAndPlatforms('per-identity overrides', (store, platform) => {
     );
     expect(await management.deleteOverride('exports', 'acme')).toBe(false);
   });
+
+  it('takes an address given for a rule counted by address as the rule counts it: IPv6 per /64, IPv4-mapped as IPv4', async () => {
+    const app = await startApp(store, platform, new TestClock());
+    apps.push(app);
+    const management = app.get(RateLimitManagementService);
+    const limitFor = async (address: string) =>
+      (await request(app.getHttpServer()).get('/downloads').set(from(address))).headers['ratelimit-limit'];
+
+    const v6 = await management.setOverride('downloads', '2001:db8:1:2:3:4:5:6', { count: 4 }, '10m');
+    expect(v6.identity).toBe('2001:db8:1:2::/64');
+    expect(await limitFor('2001:db8:1:2:aaaa::1')).toBe('4');
+    const mapped = await management.setOverride('downloads', '::ffff:10.0.0.1', { count: 5 }, '10m');
+    expect(mapped.identity).toBe('10.0.0.1');
+    expect(await limitFor('10.0.0.1')).toBe('5');
+    expect(await limitFor('10.0.0.2')).toBe('2');
+    expect((await management.overrides()).map(({ identity }) => identity).sort()).toEqual([
+      '10.0.0.1',
+      '2001:db8:1:2::/64',
+    ]);
+    // Ended by the address as given, too.
+    expect(await management.deleteOverride('downloads', '2001:db8:1:2:3:4:5:6')).toBe(true);
+    expect(await limitFor('2001:db8:1:2:aaaa::1')).toBe('2');
+    // A rule counted by something else keeps the identity as given.
+    expect((await management.setOverride('exports', '::ffff:10.0.0.1', { count: 5 }, '10m')).identity).toBe(
+      '::ffff:10.0.0.1',
+    );
+  });
+
+  it("refuses an override on the allow list's key, or on a tiered rule's own key, naming the key", async () => {
+    const app = await startApp(store, platform, new TestClock(), uniquePrefix(), { allow: { configKey: 'allowed' } });
+    apps.push(app);
+    const management = app.get(RateLimitManagementService);
+    await expect(management.setOverride('allowed', 'acme', { count: 5 }, '1h')).rejects.toThrow(
+      /config key 'allowed' holds the module's allow list/,
+    );
+    await expect(management.setOverride('plans', 'acme', { count: 9 }, '1h')).rejects.toThrow(
+      /config key 'plans': rule "ApiController.plans" counts by tier.*'plans.pro'/,
+    );
+    expect(await management.overrides()).toEqual([]);
+    // On the tier's own key it applies to the tier's requests.
+    await management.setOverride('plans.pro', 'acme', { count: 9 }, '1h');
+    const pro = await request(app.getHttpServer()).get('/plans').set('x-tenant', 'acme').set('x-plan', 'pro');
+    expect(pro.headers['ratelimit-limit']).toBe('9');
+  });
+
+  it("reads 'until' as a Date, an ISO time, ms since the epoch or a duration with its unit, and refuses a bare string of digits", async () => {
+    const clock = new TestClock();
+    const app = await startApp(store, platform, clock);
+    apps.push(app);
+    const management = app.get(RateLimitManagementService);
+    const at = (ms: number) => new Date(ms).toISOString();
+    const untilOf = async (until: Date | string | number) =>
+      (await management.setOverride('exports', 'acme', { count: 5 }, until)).until;
+
+    expect(await untilOf(clock.now + 60_000)).toBe(at(clock.now + 60_000));
+    expect(await untilOf(new Date(clock.now + 120_000))).toBe(at(clock.now + 120_000));
+    expect(await untilOf(at(clock.now + 180_000))).toBe(at(clock.now + 180_000));
+    expect(await untilOf('10m')).toBe(at(clock.now + 600_000));
+    for (const bare of ['60', ' 60 ', '1.5']) {
+      await expect(management.setOverride('exports', 'acme', { count: 5 }, bare)).rejects.toThrow(
+        /RateLimitManagementService.setOverride: 'until' .*has no unit/,
+      );
+      await expect(management.ban('*', 'acme', bare)).rejects.toThrow(/RateLimitManagementService.ban: 'until'/);
+    }
+    await expect(management.ban('*', 'acme', 'next tuesday')).rejects.toThrow(/'until' must be/);
+    // A number is a time, not a duration: 60 ms after 1970 has long passed.
+    await expect(management.ban('*', 'acme', 60)).rejects.toThrow(/'until' must be a time in the next 365 days/);
+  });
 });
 
 @WebSocketGateway()
@@ -255,6 +357,105 @@ describeStores('a ban on a WebSocket client', (store) => {
       socket.emit('ping', {}, (ack: unknown) => resolve({ ack }));
     });
     expect(answer).toMatchObject({ exception: { status: 'error', rule: 'ChatGateway.ping' } });
+  });
+});
+
+describe('overrides written at once for one identity, on instances sharing Redis', () => {
+  const apps: INestApplication[] = [];
+  afterEach(async () => {
+    await Promise.all(apps.splice(0).map((app) => app.close()));
+  });
+
+  it('leave one entry: the last written', async () => {
+    const store = STORES.find(({ name }) => name === 'Redis')!;
+    const keyPrefix = uniquePrefix();
+    const [first, second] = [
+      await startApp(store, 'express', new TestClock(), keyPrefix),
+      await startApp(store, 'express', new TestClock(), keyPrefix),
+    ];
+    apps.push(first, second);
+    const redis = new Redis((await store.redis())!);
+    try {
+      for (let round = 0; round < 10; round += 1) {
+        await Promise.all([
+          first.get(RateLimitManagementService).setOverride('exports', 'acme', { count: 10 + round }, '1h'),
+          second.get(RateLimitManagementService).setOverride('exports', 'acme', { count: 100 + round }, '1h'),
+          first.get(RateLimitManagementService).ban('ApiController.search', '192.0.2.1', `${round + 1}h`),
+          second.get(RateLimitManagementService).ban('ApiController.search', '192.0.2.1', `${round + 2}h`),
+        ]);
+        expect(await redis.zcard(`${keyPrefix}:config:overrides`)).toBe(1);
+        expect(await redis.zcard(`${keyPrefix}:config:bans`)).toBe(1);
+      }
+      const [entry] = await second.get(RateLimitManagementService).overrides();
+      expect([19, 109]).toContain(entry.values.count);
+    } finally {
+      redis.disconnect();
+    }
+  });
+});
+
+describe('a process without the rules (as the CLI is), on the Redis of an app', () => {
+  const apps: INestApplication[] = [];
+  afterEach(async () => {
+    await Promise.all(apps.splice(0).map((app) => app.close()));
+  });
+
+  it("takes an address as the app's rule counts it, with the app's ipv6PrefixBits", async () => {
+    const store = STORES.find(({ name }) => name === 'Redis')!;
+    const keyPrefix = uniquePrefix();
+    const app = await startApp(store, 'express', new TestClock(), keyPrefix, { ipv6PrefixBits: 56 });
+    apps.push(app);
+    const operator = await createTestApp({
+      controllers: [],
+      rateLimit: { redis: await store.redis(), keyPrefix, configCentre: RedisConfigCentre, globalGuard: false },
+    });
+    apps.push(operator);
+    const management = operator.get(RateLimitManagementService);
+    const http = () => request(app.getHttpServer());
+
+    const override = await management.setOverride('downloads', '2001:db8:1:2ff::9', { count: 4 }, '1h');
+    expect(override.identity).toBe('2001:db8:1:200::/56');
+    const banned = await management.ban('ApiController.search', '::ffff:198.51.100.30', '1h');
+    expect(banned.identity).toBe('198.51.100.30');
+    const everywhere = await management.ban('*', '2001:db8:9:9ff::1', '1h');
+    expect(everywhere.identity).toBe('2001:db8:9:900::/56');
+    await eventually(
+      async () =>
+        (await http().get('/downloads').set(from('2001:db8:1:2aa::1'))).headers['ratelimit-limit'] === '4' &&
+        (await http().get('/search').set(from('198.51.100.30'))).status === 403 &&
+        (await http().get('/exports').set(from('2001:db8:9:9aa::1')).set('x-tenant', 'acme')).status === 403,
+      { timeoutMs: 1_000, what: "the entries applying on the app's instance" },
+    );
+  });
+});
+
+@Controller()
+class TokensController {
+  @Post('tokens')
+  @RateLimit({ count: 1_000, window: '1m', configKey: 'tokens', cost: 10, maxCost: 100, settleCost: () => 5 })
+  spend() {
+    return 'spent';
+  }
+}
+
+describe('a process without the rules, on the Redis of an app with a settleCost rule', () => {
+  it('knows the rule by its catalogue, and checks values against it', async () => {
+    const store = STORES.find(({ name }) => name === 'Redis')!;
+    const keyPrefix = uniquePrefix();
+    const rateLimit = { redis: await store.redis(), keyPrefix, configCentre: RedisConfigCentre };
+    const app = await createTestApp({ controllers: [TokensController], rateLimit });
+    const operator = await createTestApp({ controllers: [], rateLimit: { ...rateLimit, globalGuard: false } });
+    try {
+      const management = operator.get(RateLimitManagementService);
+      await management.set('tokens', { count: 5_000 });
+      await expect(management.set('tokens', { count: 0 })).rejects.toThrow("'count' must be a positive whole number");
+      await eventually(
+        async () => (await request(app.getHttpServer()).post('/tokens')).headers['ratelimit-limit'] === '5000',
+        { timeoutMs: 1_000, what: 'the limit reaching the app' },
+      );
+    } finally {
+      await Promise.all([app.close(), operator.close()]);
+    }
   });
 });
 

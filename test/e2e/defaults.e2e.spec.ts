@@ -13,7 +13,13 @@ import { GraphQLModule, Query, Resolver } from '@nestjs/graphql';
 import { ConfigModule } from '@nestjs/config';
 import { Test } from '@nestjs/testing';
 import { SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
-import { RateLimit, RateLimitConfigurationError, RateLimitModule, SkipRateLimit } from 'nest-rate-limit';
+import {
+  RateLimit,
+  RateLimitConfigurationError,
+  RateLimitModule,
+  RateLimiterService,
+  SkipRateLimit,
+} from 'nest-rate-limit';
 import { io, type Socket } from 'socket.io-client';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -117,6 +123,25 @@ describeStoresAndPlatforms('forRoot({ defaults })', (store, platform) => {
     });
     // Reservations alone would admit 10.
     expect(await statuses(app, '/a', 30)).toEqual(Array.from({ length: 30 }, () => 200));
+  });
+
+  it("counted per route: inspected by one route's name ('Route#name'), reset on every route by its own", async () => {
+    app = await createTestApp({
+      platform,
+      controllers: [ShopController],
+      rateLimit: { redis: await store.redis(), keyPrefix: uniquePrefix(), defaults: [{ count: 2, window: '1m' }] },
+    });
+    expect([...(await statuses(app, '/a', 3)), ...(await statuses(app, '/b', 1))]).toEqual([200, 200, 429, 200]);
+    const limiter = app.get(RateLimiterService);
+    const client = '::ffff:127.0.0.1';
+    expect((await limiter.inspect('ShopController.a#default', client)).remaining).toBe(0);
+    expect((await limiter.inspect('ShopController.b#default', client)).remaining).toBe(1);
+    // The plain name stands for a counter per route: which one is asked.
+    await expect(limiter.inspect('default', client)).rejects.toThrow(
+      'The rule named "default" counts per route: name one route\'s counter, as "ShopController.',
+    );
+    await limiter.reset('default', client);
+    expect([...(await statuses(app, '/a', 2)), ...(await statuses(app, '/b', 2))]).toEqual([200, 200, 200, 200]);
   });
 
   it("scope 'app': one counter per client for every route it covers", async () => {

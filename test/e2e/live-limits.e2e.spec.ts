@@ -188,6 +188,30 @@ describe('limits changed live across three instances (processes)', () => {
     expect(new Set(changes.map(({ by }) => by)).size).toBe(1);
   });
 
+  it('takes an address from the CLI as the apps count it, by the rules they catalogue; for= needs a unit', async () => {
+    const banned = async (demo: DemoProcess) => (await fetch(`${demo.url}/ip`)).status === 403;
+    const ban = await limits('ban', 'LimitsController.byIp', '::ffff:127.0.0.1', 'for=1h');
+    expect(ban.code).toBe(0);
+    expect(JSON.parse(ban.stdout)).toMatchObject({ rule: 'LimitsController.byIp', identity: '127.0.0.1' });
+    await until(async () => (await Promise.all(demos.map(banned))).every(Boolean), {
+      timeoutMs: PROPAGATION_BOUND_MS,
+      intervalMs: 10,
+      what: 'the ban on every instance',
+    });
+    const unban = await limits('unban', 'LimitsController.byIp', '::FFFF:127.0.0.1');
+    expect(JSON.parse(unban.stdout)).toEqual({ unbanned: true });
+    await until(async () => (await Promise.all(demos.map(banned))).every((is) => !is), {
+      timeoutMs: PROPAGATION_BOUND_MS,
+      intervalMs: 10,
+      what: 'the ban lifted on every instance',
+    });
+
+    const bare = await limits('ban', '*', '192.0.2.1', 'for=60');
+    expect(bare.code).toBe(2);
+    expect(bare.stderr).toMatch(/'until' has no unit: give a duration with one \('60s', '60m'\)/);
+    expect(JSON.parse((await limits('bans')).stdout)).toEqual([]);
+  });
+
   it('the admin endpoints refuse a wrong token', async () => {
     const response = await fetch(`${demos[0].url}/admin/limits`, { headers: { authorization: 'Bearer nope' } });
     expect(response.status).toBe(401);

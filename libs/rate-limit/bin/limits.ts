@@ -12,6 +12,8 @@
  *   nest-rate-limit-limits ban '*' 203.0.113.7 for=1h                         # every rule, every instance
  *   nest-rate-limit-limits set-override demo.config acme count=20000 until=2026-12-31T23:59Z
  *
+ * An address given to ban or set-override for a rule counted by address is taken as the apps count
+ * it (IPv4-mapped as IPv4, IPv6 per the `ipv6PrefixBits` prefix they catalogue with their rules).
  * Changes are logged with who made them: RATE_LIMIT_ACTOR, else `cli:<the OS user>`.
  * Reads REDIS_URL, or REDIS_SENTINELS + REDIS_SENTINEL_NAME, or REDIS_CLUSTER_NODES, and
  * RATE_LIMIT_PREFIX (default rl), as the apps do. Prints JSON. Exit codes: 0 done, 2 refused (the
@@ -67,7 +69,8 @@ function fieldsOf(command: string, pairs: readonly string[]): Map<string, unknow
     if (at <= 0) throw new UsageError(`${command}: '${pair}' is not field=value`);
     const [field, value] = [pair.slice(0, at), pair.slice(at + 1)];
     // A bare number is milliseconds to the API, which an operator typing window=60 rarely means.
-    if ((field === 'window' || field === 'for') && /^\s*\d+(\.\d+)?\s*$/.test(value)) {
+    // (for= and until= are read by the API, which refuses a bare number for them itself.)
+    if (field === 'window' && /^\s*\d+(\.\d+)?\s*$/.test(value)) {
       throw new UsageError(
         `${command}: ${field}=${value} has no unit (a bare number would be ${value.trim()} ms); give one: ${field}=${value.trim()}s, ${field}=500ms, ${field}=1m`,
       );
@@ -81,7 +84,10 @@ function fieldsOf(command: string, pairs: readonly string[]): Map<string, unknow
   return values;
 }
 
-/** When a ban or an override ends: `for=<duration>` from now, or `until=<ISO 8601 time>`. */
+/**
+ * When a ban or an override ends: `for=<duration>` from now, or `until=<ISO 8601 time>`, passed on
+ * as given: the API reads both as it does for every caller (`parseEndTime`), a bare number refused.
+ */
 function endOf(command: string, fields: Map<string, unknown>): string {
   const span = fields.get('for');
   const until = fields.get('until');

@@ -251,7 +251,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
    */
   async reset(rules: RateLimitRuleRef | readonly RateLimitRuleRef[], identity: string): Promise<void> {
     checkIdentity(identity, 'reset');
-    const keys = this.registry.resolve(rules, 'reset').flatMap((rule) => this.hits.keysOf(rule, identity));
+    const keys = this.registry.resolveEvery(rules, 'reset').flatMap((rule) => this.hits.keysOf(rule, identity));
     await (this.leasing ?? this.store).reset(keys);
     this.countOn.settled(keys);
   }

@@ -1,5 +1,6 @@
 import { EVERY_RULE, type IdentityControls, type RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
 import type { RedisService } from '../redis/redis.service.js';
+import { RedisScript } from '../redis/script-runner.js';
 import { liveConfigKeys } from '../store/key-layout.js';
 import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
 
@@ -34,16 +35,16 @@ const NEWS: Record<Kind, string> = { bans: '~bans', overrides: '~overrides' };
  * Bans and per-identity overrides, held in memory on every instance (the limiter reads them per
  * request, never the store) and, with Redis, kept in two sorted sets beside the live limits
  * (`<prefix>:config:bans`, `<prefix>:config:overrides`; each member an entry, its score when it
- * ends). Every entry ends: one past its time is neither held nor read, writes drop those that
- * ended, and each set expires with its last entry, so no key outlives what it holds. A write is
- * announced on the live limits' channel, and every instance reads the set again: in milliseconds,
- * or at its next periodic read (`liveConfig.refreshMs`) when the news was missed.
+ * ends). Every entry ends: one past its time is neither held nor read (held ones are dropped as
+ * soon as a lookup or a write comes after the first of them ends, so they take no room), writes
+ * drop those that ended, and each set expires with its last entry, so no key outlives what it
+ * holds. A write is announced on the live limits' channel, and every instance reads the set
+ * again: in milliseconds, or at its next periodic read (`liveConfig.refreshMs`) when the news was
+ * missed.
  */
 export class IdentityEntries implements IdentityControls {
-  private bans = new Map<string, Map<string, number>>();
-  private banCount = 0;
-  private overrides = new Map<string, Map<string, { values: RateLimitOverride; until: number }>>();
-  private overrideCount = 0;
+  private readonly bans = new EndingEntries<undefined>();
+  private readonly overrides = new EndingEntries<RateLimitOverride>();
   private readonly keys: Record<Kind, string> | undefined;
   private readonly channel: string;
 
@@ -62,24 +63,23 @@ export class IdentityEntries implements IdentityControls {
   }
 
   get anyBans(): boolean {
-    return this.banCount > 0;
+    return this.bans.anyHeld(this.clock);
   }
 
   get anyOverrides(): boolean {
-    return this.overrideCount > 0;
+    return this.overrides.anyHeld(this.clock);
   }
 
   banUntil(rule: string, identity: string, now: number): number | undefined {
     const until = Math.max(
-      this.bans.get(rule)?.get(identity) ?? 0,
-      rule === EVERY_RULE ? 0 : (this.bans.get(EVERY_RULE)?.get(identity) ?? 0),
+      this.bans.get(rule, identity, now)?.until ?? 0,
+      rule === EVERY_RULE ? 0 : (this.bans.get(EVERY_RULE, identity, now)?.until ?? 0),
     );
     return until > now ? until : undefined;
   }
 
   overrideOf(configKey: string, identity: string, now: number): RateLimitOverride | undefined {
-    const entry = this.overrides.get(configKey)?.get(identity);
-    return entry && entry.until > now ? entry.values : undefined;
+    return this.overrides.get(configKey, identity, now)?.value;
   }
 
   /** Whether news of this kind names these entries: the live limits' channel carries both. */
@@ -96,84 +96,94 @@ export class IdentityEntries implements IdentityControls {
   /** The bans in force, from their source. */
   async listBans(): Promise<RateLimitBan[]> {
     await this.reload();
-    const now = this.clock();
-    return [...this.bans].flatMap(([rule, byIdentity]) =>
-      [...byIdentity].flatMap(([identity, until]) =>
-        until > now ? [{ rule, identity, until: new Date(until).toISOString() }] : [],
-      ),
-    );
+    return this.bans
+      .list(this.clock())
+      .map(({ scope, identity, until }) => ({ rule: scope, identity, until: new Date(until).toISOString() }));
   }
 
   async listOverrides(): Promise<RateLimitIdentityOverride[]> {
     await this.reload();
-    const now = this.clock();
-    return [...this.overrides].flatMap(([configKey, byIdentity]) =>
-      [...byIdentity].flatMap(([identity, { values, until }]) =>
-        until > now ? [{ configKey, identity, values, until: new Date(until).toISOString() }] : [],
-      ),
-    );
+    return this.overrides.list(this.clock()).map(({ scope, identity, value, until }) => ({
+      configKey: scope,
+      identity,
+      values: value,
+      until: new Date(until).toISOString(),
+    }));
   }
 
   async ban(rule: string, identity: string, until: number): Promise<void> {
-    await this.write('bans', [rule, identity], until, () => this.hold('bans', [rule, identity], until));
+    await this.write('bans', [rule, identity], until, () => this.bans.set(rule, identity, undefined, until));
   }
 
   async unban(rule: string, identity: string): Promise<boolean> {
-    const held = (this.bans.get(rule)?.get(identity) ?? 0) > this.clock();
+    const held = this.bans.get(rule, identity, this.clock()) !== undefined;
     return this.remove('bans', [rule, identity], held);
   }
 
   async setOverride(configKey: string, identity: string, values: RateLimitOverride, until: number): Promise<void> {
-    const member: unknown[] = [configKey, identity, values];
-    await this.write('overrides', member, until, () => this.hold('overrides', member, until));
+    await this.write('overrides', [configKey, identity, values], until, () =>
+      this.overrides.set(configKey, identity, Object.freeze({ ...values }), until),
+    );
   }
 
   async deleteOverride(configKey: string, identity: string): Promise<boolean> {
-    const held = (this.overrides.get(configKey)?.get(identity)?.until ?? 0) > this.clock();
+    const held = this.overrides.get(configKey, identity, this.clock()) !== undefined;
     return this.remove('overrides', [configKey, identity], held);
   }
 
   /**
    * Adds an entry (replacing the identity's entry of that rule or key), drops those that ended,
-   * keeps the set until its last entry ends, and announces it. Refused past `MAX_IDENTITY_ENTRIES`.
+   * keeps the set until its last entry ends, and announces it. Refused past `MAX_IDENTITY_ENTRIES`
+   * entries in force.
    */
   private async write(kind: Kind, member: unknown[], until: number, holdHere: () => void): Promise<void> {
     const now = this.clock();
     if (!this.redis) {
-      if (this.countOf(kind) >= MAX_IDENTITY_ENTRIES && !this.holds(kind, member)) throw tooMany(kind);
+      const entries = this.entriesOf(kind);
+      if (entries.count(now) >= MAX_IDENTITY_ENTRIES && !entries.has(member[0] as string, member[1] as string)) {
+        throw tooMany(kind);
+      }
       holdHere();
       return;
     }
-    const key = this.keys![kind];
-    const client = this.redis.client;
-    const members = await this.redis.operation(client.zrangebyscore(key, `(${now}`, '+inf'), 'ZRANGEBYSCORE');
-    const same = members.filter((text) => sameEntry(text, member));
-    if (members.length - same.length >= MAX_IDENTITY_ENTRIES) throw tooMany(kind);
     const ttl = Math.max(1, Math.ceil(until - now));
-    const multi = client.multi().zremrangebyscore(key, '-inf', now);
-    if (same.length > 0) multi.zrem(key, ...same);
-    // NX sets the new set's expiry, GT lengthens it: never shortened under an entry that ends later.
-    multi.zadd(key, until, JSON.stringify(member)).pexpire(key, ttl, 'NX').pexpire(key, ttl, 'GT');
-    await this.redis.operation(multi.exec().then(failedCommand), 'MULTI');
+    const replaced = await this.replaceInRedis(kind, member, now, [until, JSON.stringify(member), ttl]);
+    if (replaced < 0) throw tooMany(kind);
     holdHere();
     await this.redis.publish(this.channel, NEWS[kind]);
   }
 
   private async remove(kind: Kind, member: unknown[], heldHere: boolean): Promise<boolean> {
+    const [scope, identity] = member as [string, string];
     if (!this.redis) {
-      this.drop(kind, member);
+      this.entriesOf(kind).delete(scope, identity);
       return heldHere;
     }
-    const key = this.keys![kind];
-    const members = await this.redis.operation(
-      this.redis.client.zrangebyscore(key, `(${this.clock()}`, '+inf'),
-      'ZRANGEBYSCORE',
-    );
-    const same = members.filter((text) => sameEntry(text, member));
-    if (same.length > 0) await this.redis.operation(this.redis.client.zrem(key, ...same), 'ZREM');
-    this.drop(kind, member);
+    const removed = await this.replaceInRedis(kind, member, this.clock(), []);
+    this.entriesOf(kind).delete(scope, identity);
     await this.redis.publish(this.channel, NEWS[kind]);
-    return same.length > 0;
+    return removed > 0;
+  }
+
+  /**
+   * Removes the identity's entries of that rule or key from the set, and adds the new one if given,
+   * in one script: two writers at once leave one entry, never one each. Resolves with how many it
+   * removed, or -1 when the set is full and nothing was changed.
+   */
+  private async replaceInRedis(
+    kind: Kind,
+    [scope, identity]: unknown[],
+    now: number,
+    added: [until: number, member: string, ttlMs: number] | [],
+  ): Promise<number> {
+    // Every member is written by JSON.stringify: the identity's begin with this, then `,` or `]`.
+    const prefix = JSON.stringify([scope, identity]).slice(0, -1);
+    const reply = await this.redis!.runOperation(
+      REPLACE_ENTRY_SCRIPT,
+      [this.keys![kind]],
+      [now, prefix, MAX_IDENTITY_ENTRIES, ...added],
+    );
+    return Number(reply);
   }
 
   private async reloadKind(kind: Kind): Promise<void> {
@@ -182,67 +192,162 @@ export class IdentityEntries implements IdentityControls {
       this.redis!.client.zrangebyscore(key, `(${this.clock()}`, '+inf', 'WITHSCORES'),
       'ZRANGEBYSCORE',
     );
-    const fresh = new Map<string, Map<string, unknown>>();
-    let count = 0;
-    const previous = kind === 'bans' ? this.bans : this.overrides;
-    for (let i = 0; i + 1 < reply.length && count < MAX_IDENTITY_ENTRIES; i += 2) {
+    const fresh: FreshEntry<unknown>[] = [];
+    for (let i = 0; i + 1 < reply.length && fresh.length < MAX_IDENTITY_ENTRIES; i += 2) {
       const entry = parseEntry(reply[i]);
       const until = Number(reply[i + 1]);
       if (!entry || !Number.isFinite(until)) continue; // written by hand: not an entry
       const [scope, identity, values] = entry;
-      let byIdentity = fresh.get(scope);
-      if (!byIdentity) fresh.set(scope, (byIdentity = new Map()));
-      if (kind === 'bans') byIdentity.set(identity, until);
+      if (kind === 'bans') fresh.push({ scope, identity, value: undefined, until });
       else {
         // The same object while the values stand: the limiter checks a rule with them once per object.
-        const held = (previous as IdentityEntries['overrides']).get(scope)?.get(identity);
-        const same = held && JSON.stringify(held.values) === JSON.stringify(values);
-        byIdentity.set(identity, {
-          values: same ? held.values : Object.freeze({ ...(values as RateLimitOverride) }),
-          until,
-        });
+        const held = this.overrides.peek(scope, identity)?.value;
+        const same = held && JSON.stringify(held) === JSON.stringify(values);
+        const value = same ? held : Object.freeze({ ...(values as RateLimitOverride) });
+        fresh.push({ scope, identity, value, until });
       }
-      count += 1;
     }
-    if (kind === 'bans') {
-      this.bans = fresh as unknown as IdentityEntries['bans'];
-      this.banCount = count;
-    } else {
-      this.overrides = fresh as unknown as IdentityEntries['overrides'];
-      this.overrideCount = count;
-    }
+    if (kind === 'bans') this.bans.replaceAll(fresh as FreshEntry<undefined>[]);
+    else this.overrides.replaceAll(fresh as FreshEntry<RateLimitOverride>[]);
   }
 
-  private hold(kind: Kind, [scope, identity, values]: unknown[], until: number): void {
-    const map = (kind === 'bans' ? this.bans : this.overrides) as Map<string, Map<string, unknown>>;
-    let byIdentity = map.get(scope as string);
-    if (!byIdentity) map.set(scope as string, (byIdentity = new Map()));
-    if (!byIdentity.has(identity as string)) this.add(kind, 1);
-    byIdentity.set(
-      identity as string,
-      kind === 'bans' ? until : { values: Object.freeze({ ...(values as RateLimitOverride) }), until },
+  private entriesOf(kind: Kind): EndingEntries<unknown> {
+    return kind === 'bans' ? this.bans : this.overrides;
+  }
+}
+
+/** An entry held: its value (an override's; none for a ban), and when it ends, in ms. */
+interface Ending<V> {
+  value: V;
+  until: number;
+}
+
+interface FreshEntry<V> extends Ending<V> {
+  scope: string;
+  identity: string;
+}
+
+/**
+ * Entries of one kind in memory, per rule or config key (`scope`) and identity, each ending at its
+ * time. Those that ended are dropped, all at once, by the first lookup, count or listing at or past
+ * the earliest end held: a lookup costs a comparison more, and the room an entry took is free again
+ * once it ends, whether or not its identity comes back.
+ */
+class EndingEntries<V> {
+  private byScope = new Map<string, Map<string, Ending<V>>>();
+  private held = 0;
+  /** When the first entry held ends: until then, none needs dropping. */
+  private firstEnd = Number.POSITIVE_INFINITY;
+
+  /** Whether any entry is in force; reads the clock only while some are held. */
+  anyHeld(clock: () => number): boolean {
+    if (this.held === 0) return false;
+    this.dropEnded(clock());
+    return this.held > 0;
+  }
+
+  /** The entry in force for an identity, or undefined. */
+  get(scope: string, identity: string, now: number): Ending<V> | undefined {
+    this.dropEnded(now);
+    return this.byScope.get(scope)?.get(identity);
+  }
+
+  /** The entry held, ended or not: to keep an override's values the same object across reads. */
+  peek(scope: string, identity: string): Ending<V> | undefined {
+    return this.byScope.get(scope)?.get(identity);
+  }
+
+  has(scope: string, identity: string): boolean {
+    return this.byScope.get(scope)?.has(identity) ?? false;
+  }
+
+  /** How many are in force. */
+  count(now: number): number {
+    this.dropEnded(now);
+    return this.held;
+  }
+
+  list(now: number): FreshEntry<V>[] {
+    this.dropEnded(now);
+    return [...this.byScope].flatMap(([scope, byIdentity]) =>
+      [...byIdentity].map(([identity, { value, until }]) => ({ scope, identity, value, until })),
     );
   }
 
-  private drop(kind: Kind, [scope, identity]: unknown[]): void {
-    const map = (kind === 'bans' ? this.bans : this.overrides) as Map<string, Map<string, unknown>>;
-    if (map.get(scope as string)?.delete(identity as string)) this.add(kind, -1);
+  set(scope: string, identity: string, value: V, until: number): void {
+    let byIdentity = this.byScope.get(scope);
+    if (!byIdentity) this.byScope.set(scope, (byIdentity = new Map()));
+    if (!byIdentity.has(identity)) this.held += 1;
+    byIdentity.set(identity, { value, until });
+    this.firstEnd = Math.min(this.firstEnd, until);
   }
 
-  private holds(kind: Kind, [scope, identity]: unknown[]): boolean {
-    const map = (kind === 'bans' ? this.bans : this.overrides) as Map<string, Map<string, unknown>>;
-    return map.get(scope as string)?.has(identity as string) ?? false;
+  delete(scope: string, identity: string): void {
+    const byIdentity = this.byScope.get(scope);
+    if (!byIdentity?.delete(identity)) return;
+    this.held -= 1;
+    if (byIdentity.size === 0) this.byScope.delete(scope);
   }
 
-  private add(kind: Kind, delta: number): void {
-    if (kind === 'bans') this.banCount += delta;
-    else this.overrideCount += delta;
+  /** In place of every entry held: those read from the store. */
+  replaceAll(entries: readonly FreshEntry<V>[]): void {
+    this.byScope = new Map();
+    this.held = 0;
+    this.firstEnd = Number.POSITIVE_INFINITY;
+    for (const { scope, identity, value, until } of entries) this.set(scope, identity, value, until);
   }
 
-  private countOf(kind: Kind): number {
-    return kind === 'bans' ? this.banCount : this.overrideCount;
+  private dropEnded(now: number): void {
+    if (now < this.firstEnd) return;
+    let firstEnd = Number.POSITIVE_INFINITY;
+    for (const [scope, byIdentity] of this.byScope) {
+      for (const [identity, { until }] of byIdentity) {
+        if (until > now) firstEnd = Math.min(firstEnd, until);
+        else {
+          byIdentity.delete(identity);
+          this.held -= 1;
+        }
+      }
+      if (byIdentity.size === 0) this.byScope.delete(scope);
+    }
+    this.firstEnd = firstEnd;
   }
 }
+
+/**
+ * Replaces an identity's entry of a rule or config key in its sorted set, atomically: drops the
+ * entries that ended, removes the identity's (members beginning with ARGV[2], then `,` or `]`),
+ * and adds the new one, unless the set holds ARGV[3] others in force (then changes nothing and
+ * returns -1); keeps the set until its last entry ends (PEXPIRE NX sets a new set's expiry, GT
+ * lengthens it, never shortened under an entry that ends later). Without ARGV[4], only removes.
+ * Returns how many entries of the identity it removed.
+ *
+ * KEYS[1] the set. ARGV: now (ms), the identity's prefix, the most entries, and to add: when it
+ * ends (ms), the member, the set's TTL (ms).
+ */
+const REPLACE_ENTRY_SCRIPT = new RedisScript(
+  'replace-identity-entry',
+  `
+local key, prefix = KEYS[1], ARGV[2]
+redis.call('ZREMRANGEBYSCORE', key, '-inf', ARGV[1])
+local members = redis.call('ZRANGE', key, 0, -1)
+local same = {}
+for _, member in ipairs(members) do
+  if string.sub(member, 1, #prefix) == prefix then
+    local after = string.sub(member, #prefix + 1, #prefix + 1)
+    if after == ',' or after == ']' then same[#same + 1] = member end
+  end
+end
+if ARGV[4] ~= nil and #members - #same >= tonumber(ARGV[3]) then return -1 end
+for _, member in ipairs(same) do redis.call('ZREM', key, member) end
+if ARGV[4] ~= nil then
+  redis.call('ZADD', key, ARGV[4], ARGV[5])
+  redis.call('PEXPIRE', key, ARGV[6], 'NX')
+  redis.call('PEXPIRE', key, ARGV[6], 'GT')
+end
+return #same
+`,
+);
 
 /** An entry as stored: `[rule or config key, identity]`, with an override's values third. */
 function parseEntry(text: string): [string, string, unknown] | undefined {
@@ -253,17 +358,6 @@ function parseEntry(text: string): [string, string, unknown] | undefined {
   } catch {
     return undefined;
   }
-}
-
-/** Whether a stored member is the entry of the same rule (or key) and identity. */
-function sameEntry(text: string, [scope, identity]: unknown[]): boolean {
-  const entry = parseEntry(text);
-  return entry !== undefined && entry[0] === scope && entry[1] === identity;
-}
-
-function failedCommand(results: [Error | null, unknown][] | null): void {
-  const failed = results?.find(([error]) => error);
-  if (failed) throw failed[0];
 }
 
 function tooMany(kind: Kind): Error {

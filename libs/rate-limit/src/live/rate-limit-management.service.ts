@@ -12,13 +12,13 @@ import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../m
 import { RedisService } from '../redis/redis.service.js';
 import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 import { RateLimitConfigurationError, type RateLimitRule, ruleOptions } from '../rules/rate-limit-rule.js';
-import { RuleCatalogue } from './rule-catalogue.js';
+import { type CataloguedRule, RuleCatalogue } from './rule-catalogue.js';
 import { ChangeLog, type RateLimitChange } from './change-log.js';
 import type { RateLimitAlgorithmName } from '../algorithms/algorithm.js';
 import type { RateLimitMode } from '../rules/rate-limit-rule.js';
 import { isIP } from 'node:net';
 import { EVERY_RULE } from '../limiter/rate-limit-config-centre.js';
-import { MAX_DURATION_MS, parseDuration } from '../rules/duration.js';
+import { type TimeOrDuration, parseEndTime } from '../rules/duration.js';
 import { clientAddressIdentity } from '../transports/limited-context.js';
 import type { RateLimitBan, RateLimitIdentityOverride } from './identity-entries.js';
 
@@ -104,7 +104,10 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
 
   private async publishCatalogue(): Promise<void> {
     try {
-      await this.catalogue?.publish(this.registry.all(), this.options.allow?.configKey);
+      await this.catalogue?.publish(this.registry.all(), {
+        allowListKey: this.options.allow?.configKey,
+        ipv6PrefixBits: this.options.ipv6PrefixBits,
+      });
     } catch (error) {
       this.logger.warn(
         `Cataloguing the rules in Redis failed (${String(error)}); the CLI knows them once Redis is back`,
@@ -213,13 +216,15 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
   /**
    * Refuses an identity on every instance until `until`, without a store call per request: under one
    * rule (by name), or under every rule, `'*'` (the client address too, for an address). `until`: a
-   * `Date`, an ISO 8601 time, or a duration from now (`'1h'`); at most 365 days: every ban ends.
-   * An identity of a rule counted by client address is the address as that rule counts it.
+   * `Date`, an ISO 8601 time, ms since the epoch, or a duration from now with its unit (`'1h'`); at
+   * most 365 days away: every ban ends. An address given for a rule counted by client address (for
+   * `'*'`, any address) is taken as the rule counts it: IPv4-mapped as IPv4, IPv6 per
+   * `ipv6PrefixBits` prefix (that of the app that catalogued the rule, from the CLI).
    */
-  async ban(rule: string, identity: string, until: Date | string | number, author?: RateLimitChangeAuthor) {
+  async ban(rule: string, identity: string, until: TimeOrDuration, author?: RateLimitChangeAuthor) {
     const entries = this.live('ban').identities;
     const ruleName = await this.ruleOrEvery(rule, 'ban');
-    const counted = this.identityAsCounted(ruleName, identity, 'ban');
+    const counted = this.identityAsCounted(await this.addressCountingOfBan(ruleName), identity, 'ban');
     const ends = this.endOf(until, 'ban');
     await this.permitted('ban', async () => {
       await this.record(author, {
@@ -233,14 +238,15 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
     return { rule: ruleName, identity: counted, until: new Date(ends).toISOString() };
   }
 
-  /** Lifts a ban on every instance; false when there was none. */
+  /** Lifts a ban on every instance (an address taken as `ban` takes it); false when there was none. */
   async unban(rule: string, identity: string, author?: RateLimitChangeAuthor): Promise<boolean> {
     const entries = this.live('unban').identities;
     const ruleName = await this.ruleOrEvery(rule, 'unban');
-    const counted = this.identityAsCounted(ruleName, identity, 'unban');
+    const counted = this.identityAsCounted(await this.addressCountingOfBan(ruleName), identity, 'unban');
     return this.permitted('unban', async () => {
       await this.record(author, { change: 'unban', rules: [ruleName], identity: counted });
-      return entries.unban(ruleName, counted);
+      // A ban written with the address as given (by an earlier version) goes too.
+      return (await entries.unban(ruleName, counted)) || (counted !== identity && entries.unban(ruleName, identity));
     });
   }
 
@@ -253,19 +259,24 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
    * Gives one identity its own `count` and `window` under a config key's rules until `until` (as
    * `ban` takes it): `setOverride('orders', 'acme', { count: 20000 }, '2026-12-31T23:59Z')`. Checked
    * as any limit is, against every rule of the key; on every instance within a second, and gone by
-   * itself when it ends.
+   * itself when it ends. An address given for rules counted by client address is taken as they
+   * count it (as `ban` does). Refused on the module's allow-list key, which has no thresholds, and
+   * on the key of a rule with `tiers`, whose requests count under their tier's key
+   * (`<configKey>.<tier>`): the override goes there.
    */
   async setOverride(
     configKey: string,
     identity: string,
     values: RateLimitOverride,
-    until: Date | string | number,
+    until: TimeOrDuration,
     author?: RateLimitChangeAuthor,
   ): Promise<RateLimitIdentityOverride> {
     const entries = this.live('setOverride').identities;
-    const rules = await this.rulesReading(configKey);
-    checkIdentityGiven(identity, 'setOverride');
+    const known = await this.knownRules();
+    const rules = await this.rulesReading(configKey, known);
     const subject = `RateLimitManagementService.setOverride`;
+    throwProblems(subject, overrideKeyProblems(configKey, rules, known));
+    const counted = this.identityAsCounted(this.addressCountingOf(rules), identity, 'setOverride');
     const given = Object.fromEntries(Object.entries(values ?? {}).filter(([, value]) => value !== undefined));
     const others = Object.keys(given).filter((field) => field !== 'count' && field !== 'window');
     throwProblems(
@@ -276,27 +287,36 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
     throwProblems(subject, checkLimitValues(configKey, given, rules));
     const written = settingsAsOverride(parseLimitSettings(given).settings);
     const ends = this.endOf(until, 'setOverride');
-    const entry = { configKey, identity, values: written, until: new Date(ends).toISOString() };
+    const entry = { configKey, identity: counted, values: written, until: new Date(ends).toISOString() };
     await this.permitted('setOverride', async () => {
       await this.record(author, {
         change: 'set-override',
         configKey,
-        identity,
+        identity: counted,
         values: { ...written },
         until: entry.until,
       });
-      await entries.setOverride(configKey, identity, written, ends);
+      await entries.setOverride(configKey, counted, written, ends);
     });
     return entry;
   }
 
-  /** Ends an identity's override before its time; false when there was none. */
+  /**
+   * Ends an identity's override (an address taken as `setOverride` takes it) before its time; false
+   * when there was none.
+   */
   async deleteOverride(configKey: string, identity: string, author?: RateLimitChangeAuthor): Promise<boolean> {
     const entries = this.live('deleteOverride').identities;
-    checkIdentityGiven(identity, 'deleteOverride');
+    // The rules reading the key now: none (a key renamed since) takes the identity as given.
+    const rules = (await this.knownRules()).filter((rule) => rule.configKey === configKey);
+    const counted = this.identityAsCounted(this.addressCountingOf(rules), identity, 'deleteOverride');
     return this.permitted('deleteOverride', async () => {
-      await this.record(author, { change: 'delete-override', configKey, identity });
-      return entries.deleteOverride(configKey, identity);
+      await this.record(author, { change: 'delete-override', configKey, identity: counted });
+      // An override written with the address as given (by an earlier version) goes too.
+      return (
+        (await entries.deleteOverride(configKey, counted)) ||
+        (counted !== identity && entries.deleteOverride(configKey, identity))
+      );
     });
   }
 
@@ -317,33 +337,54 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
     return rule;
   }
 
-  /** The identity as the rule counts it: an address in the form a `by: 'ip'` rule keys it (IPv6 per prefix). */
-  private identityAsCounted(rule: string, identity: string, method: string): string {
+  /**
+   * The `ipv6PrefixBits` of the apps a ban under `rule` is matched in as an address: of the rule's
+   * app where it counts by address; for `'*'`, which every app matches against the client address,
+   * of every app whose rules are known (this process's own without any).
+   */
+  private async addressCountingOfBan(rule: string): Promise<number[]> {
+    const known = await this.knownRules();
+    if (rule !== EVERY_RULE) return this.addressCountingOf(known.filter((each) => each.name === rule));
+    return known.length === 0 ? [this.options.ipv6PrefixBits] : known.map((each) => this.prefixBitsOf(each));
+  }
+
+  /** The `ipv6PrefixBits` of the apps of those rules that count by client address. */
+  private addressCountingOf(rules: readonly KnownRule[]): number[] {
+    return rules.filter((rule) => rule.by === 'ip').map((rule) => this.prefixBitsOf(rule));
+  }
+
+  /** An own rule counts with this module's prefix; a catalogued one with its app's, where catalogued. */
+  private prefixBitsOf(rule: KnownRule): number {
+    return rule.ipv6PrefixBits ?? this.options.ipv6PrefixBits;
+  }
+
+  /**
+   * The identity as it is counted: an address, where rules count by client address (`prefixBits`,
+   * one per rule), as `clientAddressIdentity` keys it for requests, so the entry meets them; anything
+   * else as given. Throws when apps sharing the entries count the address differently (their
+   * `ipv6PrefixBits` differ): no one entry would reach them all.
+   */
+  private identityAsCounted(prefixBits: readonly number[], identity: string, method: string): string {
     checkIdentityGiven(identity, method);
-    const byAddress =
-      isIP(identity) !== 0 &&
-      (rule === EVERY_RULE || this.registry.all().some((each) => each.name === rule && each.by === 'ip'));
-    return byAddress ? clientAddressIdentity(identity, this.options.ipv6PrefixBits) : identity;
+    if (isIP(identity) === 0) return identity;
+    const forms = [...new Set(prefixBits.map((bits) => clientAddressIdentity(identity, bits)))];
+    if (forms.length > 1) {
+      throw new RateLimitConfigurationError(
+        `RateLimitManagementService.${method}: the apps this reaches count address ${identity} as ${forms.join(' and ')} (their ipv6PrefixBits differ); give a rule of one of them`,
+      );
+    }
+    return forms[0] ?? identity;
   }
 
   /** When an entry given `until` ends, in ms on the module's clock; throws unless in the next 365 days. */
-  private endOf(until: Date | string | number, method: string): number {
-    const now = this.options.clock?.() ?? Date.now();
-    let ends: number | undefined;
-    if (until instanceof Date) ends = until.getTime();
-    else if (
-      typeof until === 'number' ||
-      (typeof until === 'string' && /^\s*\d+(\.\d+)?\s*(ms|s|m|h|d)?\s*$/.test(until))
-    ) {
-      const ms = parseDuration(until);
-      ends = ms === undefined ? undefined : now + ms;
-    } else if (typeof until === 'string') ends = Date.parse(until);
-    if (ends === undefined || !Number.isFinite(ends) || ends <= now || ends - now > MAX_DURATION_MS) {
+  private endOf(until: TimeOrDuration, method: string): number {
+    const ends = parseEndTime(until, this.options.clock?.() ?? Date.now());
+    if ('problem' in ends) {
       throw new RateLimitConfigurationError(
-        `RateLimitManagementService.${method}: 'until' must be a time in the next 365 days (a Date, an ISO 8601 time such as '2026-12-31T23:59Z') or a duration from now ('1h', '7d'), got ${JSON.stringify(until)}`,
+        `RateLimitManagementService.${method}: 'until' ${ends.problem}, got ${JSON.stringify(until)}`,
       );
     }
-    return ends;
+    return ends.at;
   }
 
   /**
@@ -404,7 +445,7 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
    * This app's rules, and those other apps catalogued under names this app has none of (while
    * Redis is away, this app's alone).
    */
-  private async knownRules(): Promise<RateLimitRule[]> {
+  private async knownRules(): Promise<KnownRule[]> {
     const own = this.registry.all();
     if (!this.catalogue) return own;
     const names = new Set(own.map((rule) => rule.name));
@@ -437,11 +478,11 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
     });
   }
 
-  private async rulesReading(configKey: string): Promise<RateLimitRule[]> {
+  private async rulesReading(configKey: string, known?: readonly KnownRule[]): Promise<KnownRule[]> {
     if (typeof configKey !== 'string' || configKey.trim() === '') {
       throw new RateLimitConfigurationError(`RateLimitManagementService: 'configKey' must be a non-empty string`);
     }
-    const known = await this.knownRules();
+    known ??= await this.knownRules();
     const rules = known.filter((rule) => rule.configKey === configKey);
     if (rules.length === 0 && (await this.allowListKeys()).includes(configKey)) return rules;
     if (rules.length === 0) {
@@ -496,6 +537,32 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
       })),
     };
   }
+}
+
+/** A rule this app declares, or one another app catalogued (with that app's `ipv6PrefixBits`). */
+type KnownRule = RateLimitRule & Pick<CataloguedRule, 'ipv6PrefixBits'>;
+
+/**
+ * Why a config key takes no per-identity override: the module's allow list has no thresholds (no
+ * rule reads it), and a rule with `tiers` counts its requests under their tier's key, where an
+ * override of its own key would never be read for them.
+ */
+function overrideKeyProblems(configKey: string, rules: readonly KnownRule[], known: readonly KnownRule[]): string[] {
+  if (rules.length === 0) {
+    return [
+      `config key '${configKey}' holds the module's allow list, which has no count or window to override; give a rule's config key`,
+    ];
+  }
+  return rules.flatMap((rule) => {
+    if (rule.tierName !== undefined) return [];
+    const tierKeys = known
+      .filter((tier) => tier.name === rule.name && tier.tierName !== undefined)
+      .flatMap((tier) => tier.configKey ?? []);
+    if (tierKeys.length === 0) return [];
+    return [
+      `config key '${configKey}': rule ${JSON.stringify(rule.name)} counts by tier, each tier under its own key (${tierKeys.map((key) => `'${key}'`).join(', ')}); set the override on the key of the identity's tier`,
+    ];
+  });
 }
 
 function limitsOf({ count, windowMs, algorithm, mode }: Thresholds): RateLimitRuleLimits {

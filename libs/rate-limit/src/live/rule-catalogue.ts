@@ -5,12 +5,21 @@ import { type RateLimitOptions, type RateLimitRule, ruleOptions, validateRule } 
 /** How long the catalogue outlives the last instance that wrote it: a deploy renames rules, the old names fade. */
 const CATALOGUE_TTL_MS = 30 * 24 * 3_600_000;
 
-/** A rule as the catalogue holds it: its options, with functions named by what they are. */
-type CataloguedRule = Omit<RateLimitOptions, 'by' | 'cost'> & {
+/**
+ * A rule as the catalogue holds it: its options, with functions named by what they are, and the
+ * `ipv6PrefixBits` of its app, so a process without the app (the CLI) takes an address given for
+ * it (a ban, an override) as the app counts it.
+ */
+type StoredRule = Omit<RateLimitOptions, 'by' | 'cost'> & {
   declaredOn: string;
   by: 'ip' | 'global' | 'function';
   cost: number | 'function';
+  /** Left out by versions before it: the reading process's own then. */
+  ipv6PrefixBits?: number;
 };
+
+/** A rule read from the catalogue: with the `ipv6PrefixBits` of the app that catalogued it, when known. */
+export type CataloguedRule = RateLimitRule & { readonly ipv6PrefixBits?: number };
 
 /**
  * The rules of the apps that share a Redis, in a hash beside the live limits (`<prefix>:config:rules`,
@@ -31,11 +40,15 @@ export class RuleCatalogue {
   /**
    * @param rules the app's rules, tiers included: a tier is catalogued as `name@tier`, with its own
    *   thresholds and config key.
-   * @param allowListKey the module's `allow.configKey`, whose values only an allow list may be.
+   * @param module of the app's module options: `allow.configKey` (the key whose values only an allow
+   *   list may be) and `ipv6PrefixBits` (how its rules count an IPv6 client).
    */
-  async publish(rules: readonly RateLimitRule[], allowListKey?: string): Promise<void> {
+  async publish(
+    rules: readonly RateLimitRule[],
+    { allowListKey, ipv6PrefixBits }: { allowListKey?: string; ipv6PrefixBits: number },
+  ): Promise<void> {
     if (rules.length === 0 && allowListKey === undefined) return;
-    const fields = rules.flatMap((rule) => [fieldOf(rule), JSON.stringify(catalogued(rule))]);
+    const fields = rules.flatMap((rule) => [fieldOf(rule), JSON.stringify(stored(rule, ipv6PrefixBits))]);
     if (allowListKey !== undefined) fields.push(`${ALLOW_LIST_FIELD}${allowListKey}`, '{}');
     await this.redis.operation(
       this.redis.client
@@ -47,23 +60,29 @@ export class RuleCatalogue {
     );
   }
 
-  /** Every rule catalogued, validated again (one that no longer validates is left out). */
-  async rules(): Promise<RateLimitRule[]> {
-    const stored = await this.redis.operation(this.redis.client.hgetall(this.key), 'HGETALL');
-    const rules: RateLimitRule[] = [];
-    for (const [field, text] of Object.entries(stored)) {
+  /**
+   * Every rule catalogued, validated again (one that no longer validates is left out); a tier with
+   * its `tierName`, as the app's registry holds it.
+   */
+  async rules(): Promise<CataloguedRule[]> {
+    const fields = await this.redis.operation(this.redis.client.hgetall(this.key), 'HGETALL');
+    const rules: CataloguedRule[] = [];
+    for (const [field, text] of Object.entries(fields)) {
       if (field.startsWith(ALLOW_LIST_FIELD)) continue;
       // A tier: the rule's name, before its tier.
-      const name = field.split('@')[0];
+      const [name, tierName] = field.split('@');
       try {
-        const { declaredOn, by, cost, ...options } = JSON.parse(text) as CataloguedRule;
-        rules.push(
-          validateRule(
-            { ...options, name, by: by === 'function' ? identityAsGiven : by, cost: cost === 'function' ? 1 : cost },
-            declaredOn,
-            name,
-          ),
+        const { declaredOn, by, cost, ipv6PrefixBits, ...options } = JSON.parse(text) as StoredRule;
+        const rule = validateRule(
+          { ...options, name, by: by === 'function' ? identityAsGiven : by, cost: cost === 'function' ? 1 : cost },
+          declaredOn,
+          name,
         );
+        rules.push({
+          ...rule,
+          ...(tierName === undefined ? {} : { tierName }),
+          ...(isPrefixBits(ipv6PrefixBits) ? { ipv6PrefixBits } : {}),
+        });
       } catch {
         // Written by another version, or by hand: not a rule this process can use.
       }
@@ -87,15 +106,28 @@ function fieldOf(rule: RateLimitRule): string {
   return rule.tierName === undefined ? rule.name : `${rule.name}@${rule.tierName}`;
 }
 
-function catalogued(rule: RateLimitRule): CataloguedRule {
+function stored(rule: RateLimitRule, ipv6PrefixBits: number): StoredRule {
   // What the CLI checks values against: the thresholds; not what the app runs per request.
-  const { by, cost, skipIf: _skipIf, allow: _allow, ...options } = ruleOptions(rule);
+  const {
+    by,
+    cost,
+    skipIf: _skipIf,
+    allow: _allow,
+    settleCost: _settleCost,
+    maxCost: _maxCost,
+    ...options
+  } = ruleOptions(rule);
   return {
     ...options,
     declaredOn: rule.declaredOn,
     by: typeof by === 'function' ? 'function' : (by ?? 'ip'),
     cost: typeof cost === 'function' ? 'function' : (cost ?? 1),
+    ipv6PrefixBits,
   };
+}
+
+function isPrefixBits(value: unknown): value is number {
+  return Number.isInteger(value) && (value as number) >= 1 && (value as number) <= 128;
 }
 
 /** The `by` of a catalogued rule whose identity a function computes: outside the app, the identity is given. */

@@ -87,13 +87,18 @@ function perRoute(rule: RateLimitRule, route: string): RateLimitRule {
   return { ...countedPerRoute(rule, route), declaredOn: `${rule.declaredOn} on ${route}` };
 }
 
+/** What the limiter's API calls one route's counter of a rule counted per route: `Shop.list#default`. */
+export function perRouteName(route: string, name: string): string {
+  return `${route}#${name}`;
+}
+
 /**
  * A rule counted on a counter of the route's own. A decorator rule that replaces a `'route'` default
  * counts so too: it changes the route's thresholds, as `@Throttle` on a route does in throttler,
  * and two routes replacing it never share a counter by the name they both give.
  */
 export function countedPerRoute(rule: RateLimitRule, route: string): RateLimitRule {
-  const keyId = ruleKeyId(`${route}#${rule.name}`);
+  const keyId = ruleKeyId(perRouteName(route, rule.name));
   const tiers = rule.tiers && new Map([...rule.tiers].map(([tier, variant]) => [tier, { ...variant, keyId }]));
   return { ...rule, keyId, tiers };
 }

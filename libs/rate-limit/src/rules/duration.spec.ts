@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { MAX_DURATION_MS, parseCount, parseDuration } from './duration.js';
+import { MAX_DURATION_MS, parseCount, parseDuration, parseEndTime } from './duration.js';
 import { validateRule } from './rate-limit-rule.js';
 
 describe('parseDuration', () => {
@@ -63,5 +63,44 @@ describe('parseCount', () => {
 
   it.each([0, -3, 2.5, Number.NaN, '', 'ten', '1e3', '2.0', null, true])('rejects %j', (input) => {
     expect(parseCount(input)).toBeUndefined();
+  });
+});
+
+describe('parseEndTime', () => {
+  const now = Date.parse('2026-06-01T00:00:00Z');
+
+  it.each([
+    ['a Date', new Date(now + 60_000), now + 60_000],
+    ['an ISO 8601 time', '2026-12-31T23:59Z', Date.parse('2026-12-31T23:59Z')],
+    ['an ISO 8601 time with seconds and an offset', '2026-06-01T02:00:30+02:00', now + 30_000],
+    ['an ISO 8601 date', '2026-06-02', now + 86_400_000],
+    ['ms since the epoch', now + 1, now + 1],
+    ['a duration with its unit', '10m', now + 600_000],
+    ['a duration with spaces', ' 1.5 h ', now + 5_400_000],
+    ['the longest duration', '365d', now + MAX_DURATION_MS],
+  ])('reads %s', (_, value, at) => {
+    expect(parseEndTime(value, now)).toEqual({ at });
+  });
+
+  it.each(['60', ' 60 ', '1.5', String(now + 60_000)])('refuses %j, digits without a unit, saying so', (value) => {
+    expect(parseEndTime(value, now)).toEqual({ problem: expect.stringMatching(/^has no unit/) });
+  });
+
+  it.each([
+    ['a number read as a duration before', 60_000],
+    ['a time past', new Date(now - 1)],
+    ['now', now],
+    ['past 365 days', '366d'],
+    ['a time past 365 days', '2099-01-01T00:00Z'],
+    ['an invalid Date', new Date(Number.NaN)],
+    ['words', 'next tuesday'],
+    ['a date as Date.parse reads more loosely', 'Dec 25 2026'],
+    ['a unit alone', 'm'],
+    ['nothing', undefined],
+    ['an object', {}],
+  ])('refuses %s', (_, value) => {
+    expect(parseEndTime(value, now)).toEqual({
+      problem: expect.stringMatching(/^must be a time in the next 365 days: a Date, an ISO 8601 time/),
+    });
   });
 });

@@ -45,3 +45,44 @@ export function parseCount(value: unknown): number | undefined {
   const n = typeof value === 'string' && /^\s*\d+\s*$/.test(value) ? Number(value) : value;
   return typeof n === 'number' && Number.isSafeInteger(n) && n > 0 ? n : undefined;
 }
+
+/**
+ * When something an operator sets ends (a ban, an override): a `Date`, an ISO 8601 time
+ * (`'2026-12-31T23:59Z'`), a number of milliseconds since the epoch, or a duration from now with
+ * its unit (`'10m'`, `'7d'`). A string of digits alone is none of them (see `parseEndTime`).
+ */
+export type TimeOrDuration = Date | string | number;
+
+/** An ISO 8601 date, with a time and a zone or not: what `Date.parse` reads the same on every engine. */
+const ISO_TIME = /^\d{4}-\d{2}-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?$/i;
+
+/**
+ * The time a `TimeOrDuration` ends at, in ms since the epoch, in the next `MAX_DURATION_MS` after
+ * `now`; else a problem to follow the name of the caller's field (`'until' must be …`). A string of
+ * digits alone (`'60'`) is refused rather than guessed: as a time it is 1970 (or 1960, as
+ * `Date.parse` reads it), and as milliseconds from now it is over before anyone notices, where an
+ * operator meant seconds or minutes.
+ */
+export function parseEndTime(value: unknown, now: number): { at: number } | { problem: string } {
+  let at: number | undefined;
+  if (value instanceof Date) at = value.getTime();
+  else if (typeof value === 'number') at = value;
+  else if (typeof value === 'string') {
+    const text = value.trim();
+    if (/^\d+(?:\.\d+)?$/.test(text)) {
+      return {
+        problem: `has no unit: give a duration with one ('${text}s', '${text}m') or a time ('2026-12-31T23:59Z')`,
+      };
+    }
+    if (DURATION.test(text)) {
+      const ms = parseDuration(text);
+      at = ms === undefined ? undefined : now + ms;
+    } else if (ISO_TIME.test(text)) at = Date.parse(text);
+  }
+  if (at === undefined || !Number.isFinite(at) || at <= now || at - now > MAX_DURATION_MS) {
+    return {
+      problem: `must be a time in the next ${MAX_DURATION_MS / UNIT_MS.d} days: a Date, an ISO 8601 time such as '2026-12-31T23:59Z', ms since the epoch (a number), or a duration from now with its unit ('1h', '7d')`,
+    };
+  }
+  return { at };
+}

@@ -8,8 +8,9 @@ import {
   readsRequestAfterGuards,
   validateRule,
 } from './rate-limit-rule.js';
-import { DEFAULT_RULES, type DefaultRule, countedPerRoute, defaultRuleFor } from './default-rules.js';
+import { DEFAULT_RULES, type DefaultRule, countedPerRoute, defaultRuleFor, perRouteName } from './default-rules.js';
 import { type Handler, LIMITED_KINDS, handlerKindOf } from './handler-kinds.js';
+import { ruleKeyId } from '../store/key-layout.js';
 
 const NO_RULES: readonly RateLimitRule[] = Object.freeze([]);
 
@@ -36,6 +37,8 @@ export class RateLimitRuleRegistry {
   private readonly countingOnOutcome = new WeakSet<readonly RateLimitRule[]>();
   /** Every rule declared on a handler, by name, for the limiter's API outside HTTP. */
   private readonly rulesByName = new Map<string, RateLimitRule[]>();
+  /** Rules counted per route, each with the name of its route's counter (`perRouteName`). */
+  private readonly perRoute = new Map<RateLimitRule, string>();
   /** Rules given to the limiter's API as options, validated once per object. */
   private readonly givenRules = new WeakMap<object, RateLimitRule>();
 
@@ -77,11 +80,10 @@ export class RateLimitRuleRegistry {
    * (and so their counters); they must then agree on how they count.
    */
   named(name: string): RateLimitRule {
-    const rules = this.rulesByName.get(name);
-    if (!rules) {
-      const known = [...this.rulesByName.keys()];
+    const rules = this.everyNamed(name);
+    if (rules.length > 1 && rules.every((rule) => this.perRoute.has(rule))) {
       throw new RateLimitConfigurationError(
-        `No @RateLimit rule is named ${JSON.stringify(name)} (rules: ${JSON.stringify(known)}); pass the rule's options instead`,
+        `The rule named ${JSON.stringify(name)} counts per route: name one route's counter, as ${JSON.stringify(this.perRoute.get(rules[0]))}`,
       );
     }
     if (rules.length > 1) {
@@ -92,14 +94,27 @@ export class RateLimitRuleRegistry {
     return rules[0];
   }
 
+  /** Every rule of this name (one per way of counting; a rule counted per route, one per route). */
+  private everyNamed(name: string): readonly RateLimitRule[] {
+    const rules = this.rulesByName.get(name);
+    if (!rules) {
+      const known = [...this.rulesByName.keys()].filter((known) => !known.includes('#'));
+      throw new RateLimitConfigurationError(
+        `No @RateLimit rule is named ${JSON.stringify(name)} (rules: ${JSON.stringify(known)}); pass the rule's options instead`,
+      );
+    }
+    return rules;
+  }
+
   /**
    * Every rule declared on a route (or applied from the defaults), one per name and way of
    * counting; with each tier of a rule that has `tiers` (of the same name, its own `configKey`).
    */
   all(): RateLimitRule[] {
-    return [...this.rulesByName.values()]
-      .flat()
-      .flatMap((rule) => (rule.tiers ? [rule, ...rule.tiers.values()] : [rule]));
+    // A rule counted per route is held under its route's name too: listed once.
+    return [...new Set([...this.rulesByName.values()].flat())].flatMap((rule) =>
+      rule.tiers ? [rule, ...rule.tiers.values()] : [rule],
+    );
   }
 
   /** The rules declared on routes that read their thresholds from this `configKey`. */
@@ -116,6 +131,16 @@ export class RateLimitRuleRegistry {
     const list = rules as readonly RateLimitRuleRef[];
     if (list.length === 0) throw new RateLimitConfigurationError(`RateLimiterService.${method}: no rule given`);
     return list.map((ref) => this.ruleOf(ref, method));
+  }
+
+  /**
+   * For `reset`: as `resolve`, but a name stands for every rule of it, so an identity is forgotten
+   * on every route of a rule counted per route (and under each way rules of one name count).
+   */
+  resolveEvery(rules: RateLimitRuleRef | readonly RateLimitRuleRef[], method: string): RateLimitRule[] {
+    const list = (Array.isArray(rules) ? rules : [rules]) as readonly RateLimitRuleRef[];
+    if (list.length === 0) throw new RateLimitConfigurationError(`RateLimiterService.${method}: no rule given`);
+    return list.flatMap((ref) => (typeof ref === 'string' ? this.everyNamed(ref) : [this.ruleOf(ref, method)]));
   }
 
   private ruleOf(ref: RateLimitRuleRef, method: string): RateLimitRule {
@@ -154,9 +179,12 @@ export class RateLimitRuleRegistry {
         : NO_RULES;
     const rules = [...defaults, ...declared];
     for (const rule of rules) {
-      const named = this.rulesByName.get(rule.name) ?? [];
-      if (!named.some((other) => sameCounter(other, rule))) named.push(rule);
-      this.rulesByName.set(rule.name, named);
+      this.addNamed(rule.name, rule);
+      if (rule.keyId === ruleKeyId(perRouteName(route, rule.name))) {
+        // One route's counter of a rule counted per route, by a name of its own.
+        this.perRoute.set(rule, perRouteName(route, rule.name));
+        this.addNamed(perRouteName(route, rule.name), rule);
+      }
     }
 
     const skip = this.reflector.getAllAndOverride<true | string[] | undefined>(RATE_LIMIT_SKIP, [handler, controller]);
@@ -171,6 +199,12 @@ export class RateLimitRuleRegistry {
       return this.applied(rules.filter((rule) => !skip.includes(rule.name)));
     }
     return this.applied(rules);
+  }
+
+  private addNamed(name: string, rule: RateLimitRule): void {
+    const named = this.rulesByName.get(name) ?? [];
+    if (!named.some((other) => sameCounter(other, rule))) named.push(rule);
+    this.rulesByName.set(name, named);
   }
 
   private applied(rules: RateLimitRule[]): readonly RateLimitRule[] {
