@@ -5,7 +5,6 @@ import { SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
 import { Redis } from 'ioredis';
 import { RateLimit, RateLimitConfigurationError, RateLimitModule } from 'nest-rate-limit';
 import { MemoryConfigCentre, RateLimitManagementService, RedisConfigCentre } from 'nest-rate-limit/live';
-import { io, type Socket } from 'socket.io-client';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
@@ -17,6 +16,7 @@ import {
 } from '../support/matrix.js';
 import { until as eventually } from '../support/poll.js';
 import { scriptCalls } from '../support/shared-redis.js';
+import { connectSocket, disconnectSockets, sendMessage } from '../support/socket.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
 
 const headerOf = (name: string) => (context: ExecutionContext) =>
@@ -324,9 +324,8 @@ class ChatGateway {
 
 describeStores('a ban on a WebSocket client', (store) => {
   const apps: INestApplication[] = [];
-  const sockets: Socket[] = [];
   afterEach(async () => {
-    for (const socket of sockets.splice(0)) socket.disconnect();
+    disconnectSockets();
     await Promise.all(apps.splice(0).map((app) => app.close()));
   });
 
@@ -347,15 +346,7 @@ describeStores('a ban on a WebSocket client', (store) => {
     apps.push(app);
     await app.listen(0, '127.0.0.1');
     await app.get(RateLimitManagementService).ban('*', '127.0.0.1', '1h');
-    const socket = io((await app.getUrl()).replace('[::1]', '127.0.0.1'), {
-      transports: ['websocket'],
-      forceNew: true,
-    });
-    sockets.push(socket);
-    const answer = await new Promise<unknown>((resolve) => {
-      socket.once('exception', (exception: unknown) => resolve({ exception }));
-      socket.emit('ping', {}, (ack: unknown) => resolve({ ack }));
-    });
+    const answer = await sendMessage(await connectSocket(await app.getUrl()), 'ping');
     expect(answer).toMatchObject({ exception: { status: 'error', rule: 'ChatGateway.ping' } });
   });
 });

@@ -5,10 +5,10 @@ import { ConfigModule } from '@nestjs/config';
 import { Test } from '@nestjs/testing';
 import { SubscribeMessage, WebSocketGateway, WsException } from '@nestjs/websockets';
 import { RateLimit, RateLimitModule } from 'nest-rate-limit';
-import { io, type Socket } from 'socket.io-client';
 import request from 'supertest';
 import { afterEach, expect, it } from 'vitest';
 import { describeStores } from '../support/matrix.js';
+import { connectSocket, disconnectSockets, sendMessage } from '../support/socket.js';
 import { uniquePrefix } from '../support/test-app.js';
 
 @Resolver()
@@ -71,10 +71,9 @@ class UploadGateway {
 
 describeStores('countOn on GraphQL and WebSocket, settled by the handler', (store) => {
   let app: INestApplication | undefined;
-  const sockets: Socket[] = [];
   afterEach(async () => {
     closedForMaintenance = false;
-    for (const socket of sockets.splice(0)) socket.disconnect();
+    disconnectSockets();
     await app?.close();
     app = undefined;
   });
@@ -117,27 +116,14 @@ describeStores('countOn on GraphQL and WebSocket, settled by the handler', (stor
     ]);
   });
 
-  /** A socket.io client of the app; `send` answers with the ack, `limited`, or the exception's message. */
+  /** A client of the app: `send` answers with the ack, `limited`, or the exception's message. */
   async function connect(): Promise<(event: string) => Promise<string>> {
-    const socket = io((await app!.getUrl()).replace('[::1]', '127.0.0.1'), {
-      transports: ['websocket'],
-      forceNew: true,
-    });
-    sockets.push(socket);
-    await new Promise<void>((resolve, reject) => {
-      socket.once('connect', () => resolve());
-      socket.once('connect_error', reject);
-    });
-    return (event: string) =>
-      new Promise<string>((resolve) => {
-        const onException = (exception: { message: string; rule?: string }) =>
-          resolve(exception.rule ? 'limited' : exception.message);
-        socket.once('exception', onException);
-        socket.emit(event, {}, (ack: string) => {
-          socket.off('exception', onException);
-          resolve(ack);
-        });
-      });
+    const socket = await connectSocket(await app!.getUrl());
+    return async (event) => {
+      const answer = await sendMessage<{ message: string; rule?: string }>(socket, event);
+      if ('ack' in answer) return answer.ack as string;
+      return answer.exception.rule ? 'limited' : answer.exception.message;
+    };
   }
 
   it('a mutation or a message a later guard refuses holds nothing in flight: decided after the guards', async () => {

@@ -20,12 +20,13 @@ import {
   RateLimiterService,
   SkipRateLimit,
 } from 'nest-rate-limit';
-import { io, type Socket } from 'socket.io-client';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { LogCapture } from '../support/log-capture.js';
 import { describeStores, describeStoresAndPlatforms } from '../support/matrix.js';
+import { connectSocket, disconnectSockets, sendMessage } from '../support/socket.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
+import { statuses } from '../support/traffic.js';
 
 /** Handlers as an app adds them: most without a decorator, some that say otherwise. */
 @Controller()
@@ -67,13 +68,6 @@ class AdminController {
   y() {
     return 'y';
   }
-}
-
-/** Statuses of `n` GETs of `path`, one after another. */
-async function statuses(app: INestApplication, path: string, n: number): Promise<number[]> {
-  const seen: number[] = [];
-  for (let i = 0; i < n; i += 1) seen.push((await request(app.getHttpServer()).get(path)).status);
-  return seen;
 }
 
 describeStoresAndPlatforms('forRoot({ defaults })', (store, platform) => {
@@ -262,9 +256,8 @@ class PingGateway {
 
 describeStores('defaults on GraphQL operations and gateway messages', (store) => {
   let app: INestApplication | undefined;
-  const sockets: Socket[] = [];
   afterEach(async () => {
-    for (const socket of sockets.splice(0)) socket.disconnect();
+    disconnectSockets();
     await app?.close();
     app = undefined;
   });
@@ -290,24 +283,8 @@ describeStores('defaults on GraphQL operations and gateway messages', (store) =>
     const refused = await query();
     expect(refused.body.errors[0].extensions).toMatchObject({ code: 'RATE_LIMITED', rule: 'default' });
 
-    const socket = io((await app.getUrl()).replace('[::1]', '127.0.0.1'), {
-      transports: ['websocket'],
-      forceNew: true,
-    });
-    sockets.push(socket);
-    await new Promise<void>((resolve, reject) => {
-      socket.once('connect', () => resolve());
-      socket.once('connect_error', reject);
-    });
-    const send = () =>
-      new Promise<unknown>((resolve) => {
-        const onException = (exception: unknown) => resolve({ exception });
-        socket.once('exception', onException);
-        socket.emit('ping', {}, (ack: unknown) => {
-          socket.off('exception', onException);
-          resolve({ ack });
-        });
-      });
+    const socket = await connectSocket(await app.getUrl());
+    const send = () => sendMessage(socket, 'ping');
     expect(await send()).toEqual({ ack: 'pong' });
     expect(await send()).toMatchObject({ exception: { status: 'error', rule: 'default' } });
   });

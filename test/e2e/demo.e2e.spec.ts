@@ -5,6 +5,7 @@ import { RateLimiterService } from 'nest-rate-limit';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 import { AppModule } from '../../apps/demo/src/app.module.js';
 import { describeStores } from '../support/matrix.js';
+import { usedOnceSettled } from '../support/poll.js';
 import { uniquePrefix } from '../support/test-app.js';
 import { statuses } from '../support/traffic.js';
 
@@ -88,11 +89,8 @@ describeStores('the demo app’s documented endpoints', (store) => {
       .send({ prompt: 'x'.repeat(400), max_tokens: 1_000 })
       .expect(201);
     expect(first.body.usage).toEqual({ total_tokens: 150 });
-    const limiter = app.get(RateLimiterService);
-    const used = async () => (await limiter.inspect('CompletionsController.complete', 'acme')).used;
     // Settled once the answer is out.
-    for (let i = 0; i < 100 && (await used()) !== 150; i += 1) await new Promise((r) => setImmediate(r));
-    expect(await used()).toBe(150);
+    expect(await usedOnceSettled(app.get(RateLimiterService), 'CompletionsController.complete', 'acme', 150)).toBe(150);
   });
 
   it('the default rule on every route (tuned live, here to 3 by its config key), not on /ping; probes not counted', async () => {

@@ -11,6 +11,7 @@ import { LogCapture } from '../support/log-capture.js';
 import { describeStores, describeStoresAndPlatforms } from '../support/matrix.js';
 import { until } from '../support/poll.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
+import { statuses } from '../support/traffic.js';
 
 type Req = { headers: Record<string, string | undefined> };
 const header = (context: ExecutionContext, name: string) => context.switchToHttp().getRequest<Req>().headers[name];
@@ -66,18 +67,6 @@ class ApiController {
   office() {
     return 'office';
   }
-}
-
-/** Statuses of `n` GETs, with the headers given. */
-async function statuses(
-  app: INestApplication,
-  path: string,
-  n: number,
-  headers: Record<string, string> = {},
-): Promise<number[]> {
-  const seen: number[] = [];
-  for (let i = 0; i < n; i += 1) seen.push((await request(app.getHttpServer()).get(path).set(headers)).status);
-  return seen;
 }
 
 describeStoresAndPlatforms('skipIf and allow lists', (store, platform) => {

@@ -7,6 +7,7 @@ import { RateLimit, RateLimitModule, RateLimiterService } from 'nest-rate-limit'
 import request from 'supertest';
 import { afterEach, expect, it } from 'vitest';
 import { describeStores, describeStoresAndPlatforms } from '../support/matrix.js';
+import { usedOnceSettled } from '../support/poll.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
 
 interface CompletionRequest {
@@ -98,12 +99,8 @@ describeStoresAndPlatforms('settleCost: the real cost settled after the handler'
     return app;
   }
 
-  const used = (tenant: string) => app!.get(RateLimiterService).inspect('CompletionsController.complete', tenant);
-  /** The settlement runs once the answer is out: the inspection waits for it. */
-  const settledAt = async (tenant: string, units: number) => {
-    for (let i = 0; i < 100 && (await used(tenant)).used !== units; i += 1) await new Promise((r) => setImmediate(r));
-    return (await used(tenant)).used;
-  };
+  const settledAt = (tenant: string, units: number) =>
+    usedOnceSettled(app!.get(RateLimiterService), 'CompletionsController.complete', tenant, units);
 
   const post = (tenant: string, estimate: number, uses: number, fail = false) =>
     request(app!.getHttpServer()).post('/completions').send({ tenant, estimate, uses, fail });
@@ -247,12 +244,11 @@ describeStores('settleCost on a GraphQL operation', (store) => {
       expect((await search(5)).body.data.search).toHaveLength(5);
       expect((await search(60)).body.data.search).toHaveLength(60);
       const limiter = graphql.get(RateLimiterService);
-      const used = async () => (await limiter.inspect('SearchResolver.search', '::ffff:127.0.0.1')).used;
-      for (let i = 0; i < 100 && (await used()) !== 65; i += 1) await new Promise((r) => setImmediate(r));
-      expect(await used()).toBe(65);
+      const settledAt = (units: number) => usedOnceSettled(limiter, 'SearchResolver.search', '::ffff:127.0.0.1', units);
+      expect(await settledAt(65)).toBe(65);
       // 35 left: a search reserving 20 passes, the next is refused once it charged 30.
       expect((await search(30)).body.data.search).toHaveLength(30);
-      for (let i = 0; i < 100 && (await used()) !== 95; i += 1) await new Promise((r) => setImmediate(r));
+      expect(await settledAt(95)).toBe(95);
       expect((await search(1)).body.errors[0].extensions.code).toBe('RATE_LIMITED');
     } finally {
       await graphql.close();

@@ -19,6 +19,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { LogCapture } from '../support/log-capture.js';
 import { describeStores, describeStoresAndPlatforms } from '../support/matrix.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
+import { statuses } from '../support/traffic.js';
 
 interface Customer {
   id: string;
@@ -62,13 +63,9 @@ class ReportsController {
   }
 }
 
-async function statuses(app: INestApplication, token: string, n: number): Promise<number[]> {
-  const seen: number[] = [];
-  for (let i = 0; i < n; i += 1) {
-    seen.push((await request(app.getHttpServer()).get('/reports').set('Authorization', `Bearer ${token}`)).status);
-  }
-  return seen;
-}
+/** Statuses of `n` reports asked for with `token`. */
+const reports = (app: INestApplication, token: string, n: number) =>
+  statuses(app, '/reports', n, { Authorization: `Bearer ${token}` });
 
 describeStoresAndPlatforms('limits per plan (tiers)', (store, platform) => {
   let app: INestApplication | undefined;
@@ -85,11 +82,11 @@ describeStoresAndPlatforms('limits per plan (tiers)', (store, platform) => {
       controllers: [ReportsController],
       rateLimit: { redis: await store.redis(), keyPrefix: uniquePrefix() },
     });
-    expect(await statuses(app, 'ann:free', 3)).toEqual([200, 200, 429]);
-    expect(await statuses(app, 'bob:pro', 5)).toEqual([200, 200, 200, 200, 429]);
-    expect(await statuses(app, 'cid:partner', 7)).toEqual([200, 200, 200, 200, 200, 200, 429]);
-    expect(await statuses(app, 'dee', 3)).toEqual([200, 200, 429]);
-    expect(await statuses(app, 'eve:gold', 3)).toEqual([200, 200, 429]);
+    expect(await reports(app, 'ann:free', 3)).toEqual([200, 200, 429]);
+    expect(await reports(app, 'bob:pro', 5)).toEqual([200, 200, 200, 200, 429]);
+    expect(await reports(app, 'cid:partner', 7)).toEqual([200, 200, 200, 200, 200, 200, 429]);
+    expect(await reports(app, 'dee', 3)).toEqual([200, 200, 429]);
+    expect(await reports(app, 'eve:gold', 3)).toEqual([200, 200, 429]);
     const headers = (await request(app.getHttpServer()).get('/reports').set('Authorization', 'Bearer fay:pro')).headers;
     expect([headers['ratelimit-limit'], headers['ratelimit-remaining']]).toEqual(['4', '3']);
     // Said once, however many requests name it.
@@ -102,9 +99,9 @@ describeStoresAndPlatforms('limits per plan (tiers)', (store, platform) => {
       controllers: [ReportsController],
       rateLimit: { redis: await store.redis(), keyPrefix: uniquePrefix() },
     });
-    expect(await statuses(app, 'ann:free', 3)).toEqual([200, 200, 429]);
+    expect(await reports(app, 'ann:free', 3)).toEqual([200, 200, 429]);
     // Upgraded: 4 in all, 2 of them used.
-    expect(await statuses(app, 'ann:pro', 3)).toEqual([200, 200, 429]);
+    expect(await reports(app, 'ann:pro', 3)).toEqual([200, 200, 429]);
   });
 });
 
@@ -118,8 +115,8 @@ describeStores('a tier changed live', (store) => {
     try {
       const management = app.get(RateLimitManagementService);
       await management.set('reports.pro', { count: 1 });
-      expect(await statuses(app, 'bob:pro', 2)).toEqual([200, 429]);
-      expect(await statuses(app, 'ann:free', 3)).toEqual([200, 200, 429]);
+      expect(await reports(app, 'bob:pro', 2)).toEqual([200, 429]);
+      expect(await reports(app, 'ann:free', 3)).toEqual([200, 200, 429]);
       await expect(management.set('reports.pro', { count: 0 })).rejects.toThrow(
         "'count' must be a positive whole number",
       );

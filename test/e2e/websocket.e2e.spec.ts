@@ -4,9 +4,10 @@ import { Test } from '@nestjs/testing';
 import { type ExecutionContext } from '@nestjs/common';
 import { SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
 import { RateLimit, RateLimitModule, type RateLimitWsError } from 'nest-rate-limit';
-import { type Socket, io } from 'socket.io-client';
+import type { Socket } from 'socket.io-client';
 import { afterEach, expect, it } from 'vitest';
 import { describeStores } from '../support/matrix.js';
+import { connectSocket, disconnectSockets, sendMessage } from '../support/socket.js';
 import { uniquePrefix } from '../support/test-app.js';
 
 /** A socket.io client's own id: one counter per connection. */
@@ -33,10 +34,9 @@ class ChatGateway {
 
 describeStores('@RateLimit on WebSocket gateways (socket.io)', (store) => {
   let app: INestApplication | undefined;
-  const sockets: Socket[] = [];
 
   afterEach(async () => {
-    for (const socket of sockets.splice(0)) socket.disconnect();
+    disconnectSockets();
     await app?.close();
     app = undefined;
   });
@@ -54,35 +54,11 @@ describeStores('@RateLimit on WebSocket gateways (socket.io)', (store) => {
     return app.getUrl();
   }
 
-  async function connect(url: string): Promise<Socket> {
-    const socket = io(url.replace('[::1]', '127.0.0.1'), { transports: ['websocket'], forceNew: true });
-    sockets.push(socket);
-    await new Promise<void>((resolve, reject) => {
-      socket.once('connect', () => resolve());
-      socket.once('connect_error', reject);
-    });
-    return socket;
-  }
-
-  /** Sends a message: its acknowledgement, or the `exception` event Nest's gateway filter emits. */
-  function send(
-    socket: Socket,
-    event: string,
-    data: object = {},
-  ): Promise<{ ack: unknown } | { exception: RateLimitWsError }> {
-    return new Promise((resolve) => {
-      const onException = (exception: RateLimitWsError) => resolve({ exception });
-      socket.once('exception', onException);
-      socket.emit(event, data, (ack: unknown) => {
-        socket.off('exception', onException);
-        resolve({ ack });
-      });
-    });
-  }
+  const send = (socket: Socket, event: string, data: object = {}) => sendMessage<RateLimitWsError>(socket, event, data);
 
   it('acknowledges messages up to the limit, then sends an exception with the retry time', async () => {
     const url = await start();
-    const socket = await connect(url);
+    const socket = await connectSocket(url);
     expect(await send(socket, 'ping')).toEqual({ ack: 'pong' });
     expect(await send(socket, 'ping')).toEqual({ ack: 'pong' });
     const rejected = await send(socket, 'ping');
@@ -96,13 +72,13 @@ describeStores('@RateLimit on WebSocket gateways (socket.io)', (store) => {
       },
     });
     // Counted per client address: another connection from the same address shares the counter.
-    const other = await connect(url);
+    const other = await connectSocket(url);
     expect(await send(other, 'ping')).toMatchObject({ exception: { retryAfter: 60 } });
   });
 
   it('says which message it refused: its pattern, and the id the client gave it', async () => {
     const url = await start();
-    const socket = await connect(url);
+    const socket = await connectSocket(url);
     const refusals: RateLimitWsError[] = [];
     const acks: unknown[] = [];
     const allAnswered = new Promise<void>((resolve) => {
@@ -134,7 +110,7 @@ describeStores('@RateLimit on WebSocket gateways (socket.io)', (store) => {
 
   it('counts by an identity from the client', async () => {
     const url = await start();
-    const [first, second] = [await connect(url), await connect(url)];
+    const [first, second] = [await connectSocket(url), await connectSocket(url)];
     expect(await send(first, 'shout')).toEqual({ ack: 'heard' });
     expect(await send(first, 'shout')).toMatchObject({ exception: { rule: 'ChatGateway.shout' } });
     expect(await send(second, 'shout')).toEqual({ ack: 'heard' });

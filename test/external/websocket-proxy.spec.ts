@@ -4,9 +4,10 @@ import type { ExecutionContext, INestApplication } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
 import { RateLimit, RateLimitModule } from 'nest-rate-limit';
-import { type Socket, io } from 'socket.io-client';
+import type { Socket } from 'socket.io-client';
 import ts from 'typescript';
 import { afterEach, expect, it } from 'vitest';
+import { connectSocket, disconnectSockets, sendMessage } from '../support/socket.js';
 import { ROOT } from './package-copy.js';
 
 /**
@@ -46,39 +47,18 @@ class ChatGateway {
 }
 
 let app: INestApplication | undefined;
-const sockets: Socket[] = [];
 
 afterEach(async () => {
-  for (const socket of sockets.splice(0)) socket.disconnect();
+  disconnectSockets();
   await app?.close();
   app = undefined;
 });
 
 /** A client whose connection came through a proxy that appended `client` to the header it got. */
-async function connectThroughProxy(url: string, forwardedFor: string): Promise<Socket> {
-  const socket = io(url.replace('[::1]', '127.0.0.1'), {
-    transports: ['websocket'],
-    forceNew: true,
-    extraHeaders: { 'x-forwarded-for': forwardedFor },
-  });
-  sockets.push(socket);
-  await new Promise<void>((resolve, reject) => {
-    socket.once('connect', () => resolve());
-    socket.once('connect_error', reject);
-  });
-  return socket;
-}
+const connectThroughProxy = (url: string, forwardedFor: string) =>
+  connectSocket(url, { 'x-forwarded-for': forwardedFor });
 
-function send(socket: Socket, event: string): Promise<'ok' | 'refused'> {
-  return new Promise((resolve) => {
-    const onException = () => resolve('refused');
-    socket.once('exception', onException);
-    socket.emit(event, {}, () => {
-      socket.off('exception', onException);
-      resolve('ok');
-    });
-  });
-}
+const send = async (socket: Socket, event: string) => ('ack' in (await sendMessage(socket, event)) ? 'ok' : 'refused');
 
 it('behind a proxy, by: ip counts every client as one; the documented forwardedAddress counts each', async () => {
   const moduleRef = await Test.createTestingModule({

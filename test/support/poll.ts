@@ -29,3 +29,27 @@ export async function until(
     await new Promise((resolve) => setTimeout(resolve, Math.min(intervalMs, left)));
   }
 }
+
+/** What `usedOnceSettled` reads: `RateLimiterService.inspect`. */
+interface Inspecting {
+  inspect(rule: string, identity: string): Promise<{ used: number }>;
+}
+
+/**
+ * The units `inspect` reports used under a rule, once they are `expected` or after 100 turns of the
+ * event loop: a settlement (`countOn`, `settleCost`) runs once the answer is out, so a read made at
+ * once may come a turn early. Returns what it read last, for the test to assert.
+ */
+export async function usedOnceSettled(
+  limiter: Inspecting,
+  rule: string,
+  identity: string,
+  expected: number,
+): Promise<number> {
+  for (let turn = 0; turn < 100; turn += 1) {
+    const { used } = await limiter.inspect(rule, identity);
+    if (used === expected) return used;
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  return (await limiter.inspect(rule, identity)).used;
+}

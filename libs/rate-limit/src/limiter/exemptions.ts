@@ -1,6 +1,7 @@
 import { type ExecutionContext, Logger } from '@nestjs/common';
 import type { RateLimitConfigCentre } from './rate-limit-config-centre.js';
 import { SampledLogger } from '../logging/sampled-logger.js';
+import { describeError } from '../logging/store-problem-log.js';
 import { LOG_SAMPLING, REJECTION_LOG_MAX_KEYS } from '../module/defaults.js';
 import { AllowList } from '../rules/allow-list.js';
 import type { RateLimitSkipIf } from '../rules/rate-limit-rule.js';
@@ -23,14 +24,14 @@ export class ExemptionProblems {
   skipFailed(where: string, error: unknown): false {
     this.log.record(
       `skipIf:${where}`,
-      () => `skipIf of ${where} failed (${describe(error)}); such requests are counted as if it said false`,
+      () => `skipIf of ${where} failed (${describeError(error)}); such requests are counted as if it said false`,
     );
     return false;
   }
 
   /** A hook of the app's (`onNearLimit`) threw: the request goes on. */
   hookFailed(hook: string, error: unknown): void {
-    this.log.record(`hook:${hook}`, () => `${hook} failed (${describe(error)}); requests go on`);
+    this.log.record(`hook:${hook}`, () => `${hook} failed (${describeError(error)}); requests go on`);
   }
 
   refusedAllowList(configKey: string, problems: readonly string[]): void {
@@ -122,9 +123,4 @@ function parseJson(text: string): unknown {
   } catch {
     return text;
   }
-}
-
-function describe(error: unknown): string {
-  const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-  return text.length > 200 ? `${text.slice(0, 200)}…` : text;
 }

@@ -8,6 +8,7 @@ import type { RateLimitHit } from '../store/rate-limit-store.js';
 import { clientAddressIdentity, clientOf, userAgentOf } from '../transports/limited-context.js';
 import type { AllowList } from '../rules/allow-list.js';
 import { type ExemptionProblems, skips } from './exemptions.js';
+import { describeValue } from '../rules/describe-value.js';
 import type { IdentityControls } from './rate-limit-config-centre.js';
 
 /** nginx's status for a client that closed the connection first; nobody receives it, logs show it. */
@@ -100,7 +101,7 @@ export class HitPreparation {
     if (tier) return tier;
     this.warnings.once(
       `tier:${rule.declaredOn}:${rule.name}:${String(name).slice(0, 40)}`,
-      `@RateLimit on ${rule.declaredOn}: 'tier' returned ${describeValue(name)}, which is not one of its tiers (${[...rule.tiers!.keys()].join(', ')}); such requests get the rule's own count (${rule.count} per ${rule.windowMs} ms)`,
+      `@RateLimit on ${rule.declaredOn}: 'tier' returned ${describeValue(name, 40)}, which is not one of its tiers (${[...rule.tiers!.keys()].join(', ')}); such requests get the rule's own count (${rule.count} per ${rule.windowMs} ms)`,
     );
     return rule;
   }
@@ -208,7 +209,7 @@ export class HitPreparation {
     if (typeof identity === 'number' && Number.isFinite(identity)) return String(identity);
     this.warnings.once(
       `identity:${rule.declaredOn}:${rule.name}`,
-      `@RateLimit on ${rule.declaredOn}: 'by' returned ${identity === '' ? 'an empty string' : describeValue(identity)} (it runs after the app's guards, so it sees what they set); ` +
+      `@RateLimit on ${rule.declaredOn}: 'by' returned ${identity === '' ? 'an empty string' : describeValue(identity, 40)} (it runs after the app's guards, so it sees what they set); ` +
         `such requests share one '${ANONYMOUS_IDENTITY}' counter of rule ${rule.name}. To count them apart, fall back to their address (req.user?.id ?? req.ip); to refuse them, throw an HttpException from 'by'`,
     );
     return null;
@@ -221,7 +222,7 @@ export class HitPreparation {
     if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
     this.warnings.once(
       `cost:${rule.declaredOn}:${rule.name}`,
-      `@RateLimit on ${rule.declaredOn}: 'cost' returned ${describeValue(value)}, not a whole number >= 0; counting 1`,
+      `@RateLimit on ${rule.declaredOn}: 'cost' returned ${describeValue(value, 40)}, not a whole number >= 0; counting 1`,
     );
     return 1;
   }
@@ -234,7 +235,7 @@ export class HitPreparation {
     if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
     this.warnings.once(
       `maxCost:${rule.declaredOn}:${rule.name}`,
-      `@RateLimit on ${rule.declaredOn}: 'maxCost' returned ${describeValue(value)}, not a whole number >= 0; such requests hold only their reservation in flight, and may overdraw the budget together`,
+      `@RateLimit on ${rule.declaredOn}: 'maxCost' returned ${describeValue(value, 40)}, not a whole number >= 0; such requests hold only their reservation in flight, and may overdraw the budget together`,
     );
     return cost;
   }
@@ -404,10 +405,4 @@ function ruleSubject(rule: RateLimitRule): string {
 
 function describe(rule: RateLimitRule): string {
   return `count ${rule.count} per ${rule.windowMs} ms`;
-}
-
-function describeValue(value: unknown): string {
-  if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value);
-  if (value === null || value === undefined || typeof value !== 'object') return String(value);
-  return Array.isArray(value) ? 'an array' : 'an object';
 }

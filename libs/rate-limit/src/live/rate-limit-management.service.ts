@@ -221,7 +221,7 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
    * `'*'`, any address) is taken as the rule counts it: IPv4-mapped as IPv4, IPv6 per
    * `ipv6PrefixBits` prefix (that of the app that catalogued the rule, from the CLI).
    */
-  async ban(rule: string, identity: string, until: TimeOrDuration, author?: RateLimitChangeAuthor) {
+  async ban(rule: string, identity: string, until: Date | string | number, author?: RateLimitChangeAuthor) {
     const entries = this.live('ban').identities;
     const ruleName = await this.ruleOrEvery(rule, 'ban');
     const counted = this.identityAsCounted(await this.addressCountingOfBan(ruleName), identity, 'ban');
@@ -268,7 +268,7 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
     configKey: string,
     identity: string,
     values: RateLimitOverride,
-    until: TimeOrDuration,
+    until: Date | string | number,
     author?: RateLimitChangeAuthor,
   ): Promise<RateLimitIdentityOverride> {
     const entries = this.live('setOverride').identities;

@@ -1,4 +1,5 @@
 import { BlockList, isIPv4, isIPv6 } from 'node:net';
+import { describeValue as show } from './describe-value.js';
 
 /**
  * Requests let through without being counted: by the client's address, by the identity a rule counts
@@ -144,11 +145,4 @@ function parseNetwork(entry: unknown): { address: string; prefix: number; family
   if (bits === undefined) return { address, prefix: max, family };
   if (!/^\d{1,3}$/.test(bits) || Number(bits) > max) return undefined;
   return { address, prefix: Number(bits), family };
-}
-
-function show(value: unknown): string {
-  if (typeof value === 'string') return JSON.stringify(value.length > 60 ? `${value.slice(0, 60)}…` : value);
-  if (typeof value === 'function') return 'a function';
-  if (value === null || typeof value !== 'object') return String(value);
-  return Array.isArray(value) ? 'an array' : 'an object';
 }

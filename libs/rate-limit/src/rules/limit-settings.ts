@@ -10,6 +10,7 @@ import {
 } from './rate-limit-rule.js';
 import type { RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
 import { AllowList } from './allow-list.js';
+import { describeValue as show } from './describe-value.js';
 
 /** A config centre's values for one `configKey`, each checked on its own. */
 export interface LimitSettings {
@@ -127,10 +128,4 @@ export function settingsAsOverride(settings: LimitSettings): RateLimitOverride {
 /** Throws the problems found, if any, each naming `subject`. */
 export function throwProblems(subject: string, problems: readonly string[]): void {
   if (problems.length > 0) throw new RateLimitConfigurationError(problems.map((problem) => `${subject}: ${problem}`));
-}
-
-function show(value: unknown): string {
-  if (typeof value === 'string') return JSON.stringify(value.length > 60 ? `${value.slice(0, 60)}…` : value);
-  if (value === null || typeof value !== 'object') return String(value);
-  return Array.isArray(value) ? 'an array' : 'an object';
 }
