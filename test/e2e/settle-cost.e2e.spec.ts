@@ -1,11 +1,11 @@
-import { Body, Controller, type ExecutionContext, type INestApplication, Post } from '@nestjs/common';
+import { Body, Controller, type ExecutionContext, Get, type INestApplication, Post } from '@nestjs/common';
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { Args, GraphQLModule, Int, Query, Resolver } from '@nestjs/graphql';
 import { ConfigModule } from '@nestjs/config';
 import { Test } from '@nestjs/testing';
-import { RateLimit, RateLimitModule, RateLimiterService } from 'nest-rate-limit';
+import { RateLimit, RateLimitInterceptor, RateLimitModule, RateLimiterService } from 'nest-rate-limit';
 import request from 'supertest';
-import { afterEach, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { describeStores, describeStoresAndPlatforms } from '../support/matrix.js';
 import { usedOnceSettled } from '../support/poll.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
@@ -200,6 +200,40 @@ describeStoresAndPlatforms('settleCost: the real cost settled after the handler'
     expect(admitted).toBe(10);
     // At most the budget and one request's overdraft (50): here exactly the budget.
     expect(await settledAt('massive', admitted * MAX_TOKENS)).toBe(1_000);
+  });
+});
+
+@Controller()
+class MixedController {
+  @Get('plain')
+  @RateLimit({ count: 100, window: '1m' })
+  plain() {
+    return 'plain';
+  }
+
+  @Get('settled')
+  @RateLimit({ count: 100, window: '1m', cost: 2, maxCost: 5, settleCost: () => 1 })
+  settled() {
+    return 'settled';
+  }
+}
+
+describe('the interceptor, only where a rule needs it', () => {
+  it('runs around a settleCost route, never around a plain one or an app-wide default of fixed thresholds', async () => {
+    const intercepted = vi.spyOn(RateLimitInterceptor.prototype, 'intercept');
+    const app = await createTestApp({
+      controllers: [MixedController],
+      rateLimit: { defaults: [{ count: 1_000, window: '1m' }] },
+    });
+    try {
+      for (let i = 0; i < 3; i += 1) await request(app.getHttpServer()).get('/plain').expect(200);
+      expect(intercepted).not.toHaveBeenCalled();
+      await request(app.getHttpServer()).get('/settled').expect(200);
+      expect(intercepted).toHaveBeenCalledTimes(1);
+    } finally {
+      intercepted.mockRestore();
+      await app.close();
+    }
   });
 });
 
