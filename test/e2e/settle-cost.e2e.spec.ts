@@ -1,4 +1,13 @@
-import { Body, Controller, type ExecutionContext, Get, type INestApplication, Post } from '@nestjs/common';
+import {
+  Body,
+  type CanActivate,
+  Controller,
+  type ExecutionContext,
+  Get,
+  type INestApplication,
+  Post,
+  UseGuards,
+} from '@nestjs/common';
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { Args, GraphQLModule, Int, Query, Resolver } from '@nestjs/graphql';
 import { ConfigModule } from '@nestjs/config';
@@ -217,6 +226,45 @@ class MixedController {
     return 'settled';
   }
 }
+
+let closedForMaintenance = false;
+class MaintenanceGuard implements CanActivate {
+  canActivate(): boolean {
+    return !closedForMaintenance;
+  }
+}
+
+@Controller()
+class GuardedController {
+  /** A guard of the app's after the rate limit's: the rule is decided after it. */
+  @Post('guarded')
+  @UseGuards(MaintenanceGuard)
+  @RateLimit({ count: 100, window: '1m', cost: 10, maxCost: 60, settleCost: () => 10 })
+  guarded() {
+    return 'done';
+  }
+}
+
+describeStoresAndPlatforms('settleCost behind an app guard', (store, platform) => {
+  it('a request the guard refuses holds no reservation and no claim: the budget stays whole', async () => {
+    const app = await createTestApp({
+      platform,
+      controllers: [GuardedController],
+      rateLimit: { redis: await store.redis(), keyPrefix: uniquePrefix() },
+    });
+    try {
+      closedForMaintenance = true;
+      for (let i = 0; i < 5; i += 1) await request(app.getHttpServer()).post('/guarded').expect(403);
+      closedForMaintenance = false;
+      const statuses: number[] = [];
+      for (let i = 0; i < 11; i += 1) statuses.push((await request(app.getHttpServer()).post('/guarded')).status);
+      expect(statuses).toEqual([...Array.from({ length: 10 }, () => 201), 429]);
+    } finally {
+      closedForMaintenance = false;
+      await app.close();
+    }
+  });
+});
 
 describe('the interceptor, only where a rule needs it', () => {
   it('runs around a settleCost route, never around a plain one or an app-wide default of fixed thresholds', async () => {

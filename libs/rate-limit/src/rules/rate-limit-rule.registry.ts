@@ -64,8 +64,8 @@ export class RateLimitRuleRegistry {
   /**
    * Whether a handler's rules (as `rulesFor` gave them) are decided after the app's guards, by
    * `RateLimitInterceptor`: when one of them reads the request through a function of the app's
-   * (`by`, `tier`, `skipIf`), which may read what an authentication guard sets; outside HTTP, also
-   * when one has `countOn`. All of them then, so the request is still one store call.
+   * (`by`, `tier`, `skipIf`), which may read what an authentication guard sets, or has `settleCost`;
+   * outside HTTP, also when one has `countOn`. All of them then, so the request is still one store call.
    */
   decidedAfterGuards(rules: readonly RateLimitRule[], context: ExecutionContext): boolean {
     if (this.afterGuards.has(rules)) return true;
@@ -210,7 +210,10 @@ export class RateLimitRuleRegistry {
   private applied(rules: RateLimitRule[]): readonly RateLimitRule[] {
     if (rules.length === 0) return NO_RULES;
     const frozen = Object.freeze(rules);
-    if (rules.some(readsRequestAfterGuards)) this.afterGuards.add(frozen);
+    // A `settleCost` rule too: its interceptor settles it, which a later guard's refusal never
+    // reaches; decided there, a refused request holds no reservation and no claim in flight.
+    if (rules.some((rule) => readsRequestAfterGuards(rule) || rule.settleCost !== undefined))
+      this.afterGuards.add(frozen);
     else if (rules.some((rule) => rule.countOn !== 'all')) this.countingOnOutcome.add(frozen);
     return frozen;
   }
