@@ -1,4 +1,4 @@
-import { Controller, type ExecutionContext, Get, type INestApplication } from '@nestjs/common';
+import { BadRequestException, Controller, type ExecutionContext, Get, type INestApplication } from '@nestjs/common';
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { GraphQLModule, Query, Resolver } from '@nestjs/graphql';
 import { ConfigModule } from '@nestjs/config';
@@ -14,6 +14,7 @@ import { createTestApp, uniquePrefix } from '../support/test-app.js';
 import { statuses } from '../support/traffic.js';
 
 type Req = { headers: Record<string, string | undefined> };
+let keyLookups = 0;
 const header = (context: ExecutionContext, name: string) => context.switchToHttp().getRequest<Req>().headers[name];
 
 @Controller()
@@ -58,6 +59,22 @@ class ApiController {
   })
   partner() {
     return 'partner';
+  }
+
+  /** A key resolver that counts its calls, and throws without a key (as an API-key lookup does). */
+  @Get('keyed')
+  @RateLimit({
+    count: 100,
+    window: '1m',
+    by: (context) => {
+      keyLookups += 1;
+      const key = header(context, 'x-api-key');
+      if (!key) throw new BadRequestException('x-api-key is required');
+      return key;
+    },
+  })
+  keyed() {
+    return 'keyed';
   }
 
   /** Two rules; only the per-address one lets the office through. */
@@ -252,6 +269,15 @@ describeStores('bans outrank every exemption', (store) => {
     expect({ allowed: consumed.allowed, banned: consumed.banned }).toEqual({ allowed: false, banned: true });
     // Others allowed as before.
     expect(await statuses(app, '/plain', 3, { 'X-Forwarded-For': '203.0.113.6' })).toEqual([200, 200, 200]);
+
+    // While bans are held, a request's resolvers still run once.
+    keyLookups = 0;
+    expect(await statuses(app, '/keyed', 2, { 'x-api-key': 'k1' })).toEqual([200, 200]);
+    expect(keyLookups).toBe(2);
+    // A banned address is refused though no rule could name its identity and a skipIf lets it by.
+    expect(await statuses(app, '/keyed', 1, { 'X-Forwarded-For': '198.51.100.9' })).toEqual([403]);
+    expect(await statuses(app, '/keyed', 1, synthetic)).toEqual([403]);
+    expect(await statuses(app, '/keyed', 1, { 'X-Forwarded-For': '198.51.100.11' })).toEqual([400]);
   });
 });
 

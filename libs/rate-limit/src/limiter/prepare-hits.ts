@@ -62,12 +62,14 @@ export class HitPreparation {
    * `forRequest` for a rule that may let the request through or count it under a tier: null when it
    * does not count it (its `skipIf` skips it; its allow list, or the module's for identities, has
    * the request's address, user agent or identity).
+   * @param known the rule as `forRequest` prepared it already, if it did (while bans are held).
    */
   async forRequestExempting(
     rule: RateLimitRule,
     thresholds: Thresholds,
     context: ExecutionContext,
     moduleList: AllowList | undefined,
+    known?: PreparedRule,
   ): Promise<PreparedRule | null> {
     if (rule.skipIf && (await skips(rule.skipIf, context, ruleSubject(rule), this.problems))) {
       return null;
@@ -88,7 +90,7 @@ export class HitPreparation {
     ) {
       return null;
     }
-    const prepared = await this.forRequest(counted, inForce, context);
+    const prepared = counted === rule && known ? known : await this.forRequest(counted, inForce, context);
     if (allow?.allowsIdentity(prepared.identity) || moduleList?.allowsIdentity(prepared.identity)) return null;
     return prepared;
   }

@@ -132,28 +132,39 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
 
   /**
    * While any ban is held, a request's identities are looked up before its exemptions: an allow
-   * list, a user agent or a `skipIf` never lets a banned identity through.
+   * list, a user agent or a `skipIf` never lets a banned identity through. Each rule is prepared
+   * once: the decision takes what was prepared here.
    */
   private async checkBansFirst(rules: readonly RateLimitRule[], context: ExecutionContext): Promise<RateLimitOutcome> {
-    const identified = await Promise.all(
+    const identified = new Map<RateLimitRule, PreparedRule>();
+    let inForce: RateLimitRule | undefined;
+    await Promise.all(
       rules.map(async (rule) => {
         const thresholds = this.hits.thresholdsOf(rule);
-        if (thresholds.mode === 'off') return null;
+        if (thresholds.mode === 'off') return;
+        inForce ??= rule;
         try {
-          return await this.hits.forRequest(rule, thresholds, context);
+          identified.set(rule, await this.hits.forRequest(rule, thresholds, context));
         } catch {
           // Its decision reports the failure, unless an exemption spares the request that resolver.
-          return null;
         }
       }),
     );
-    const prepared = identified.filter((rule): rule is PreparedRule => rule !== null);
-    return this.bannedOutcome(prepared, context) ?? this.checkExempting(rules, context);
+    if (!inForce) return this.checkExempting(rules, context, identified);
+    const { address } = clientOf(context);
+    return (
+      this.bannedOutcome([...identified.values()], address, inForce) ?? this.checkExempting(rules, context, identified)
+    );
   }
 
-  private checkExempting(rules: readonly RateLimitRule[], context: ExecutionContext): Promise<RateLimitOutcome> {
+  /** @param identified rules already prepared (while bans are held), taken as they are. */
+  private checkExempting(
+    rules: readonly RateLimitRule[],
+    context: ExecutionContext,
+    identified?: ReadonlyMap<RateLimitRule, PreparedRule>,
+  ): Promise<RateLimitOutcome> {
     const { exemptions } = this;
-    if (!exemptions) return this.checkRules(rules, context, undefined);
+    if (!exemptions) return this.checkRules(rules, context, undefined, identified);
     let skipped: boolean | Promise<boolean>;
     try {
       skipped = exemptions.skipsRequest(context);
@@ -161,15 +172,21 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       return Promise.reject(error);
     }
     if (skipped === true) return NOT_COUNTED;
-    if (skipped === false) return this.checkRules(rules, context, exemptions.list());
-    return skipped.then((skip) => (skip ? NOT_COUNTED : this.checkRules(rules, context, exemptions.list())));
+    if (skipped === false) return this.checkRules(rules, context, exemptions.list(), identified);
+    return skipped.then((skip) =>
+      skip ? NOT_COUNTED : this.checkRules(rules, context, exemptions.list(), identified),
+    );
   }
 
-  /** @param moduleList the module's allow list in force, for the identities it allows. */
+  /**
+   * @param moduleList the module's allow list in force, for the identities it allows.
+   * @param identified rules already prepared (while bans are held), taken as they are.
+   */
   private checkRules(
     rules: readonly RateLimitRule[],
     context: ExecutionContext,
     moduleList: AllowList | undefined,
+    identified: ReadonlyMap<RateLimitRule, PreparedRule> | undefined,
   ): Promise<RateLimitOutcome> {
     const preparing: (PreparedRule | null | Promise<PreparedRule | null>)[] = [];
     let waits = false;
@@ -178,9 +195,10 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         const thresholds = this.hits.thresholdsOf(rule);
         // A rule turned off is not prepared either: its identity and cost resolvers do not run.
         if (thresholds.mode === 'off') continue;
+        const known = identified?.get(rule);
         const prepared = this.hits.exempting(rule, thresholds, moduleList)
-          ? this.hits.forRequestExempting(rule, thresholds, context, moduleList)
-          : this.hits.forRequest(rule, thresholds, context);
+          ? this.hits.forRequestExempting(rule, thresholds, context, moduleList, known)
+          : (known ?? this.hits.forRequest(rule, thresholds, context));
         if (prepared instanceof Promise) waits = true;
         preparing.push(prepared);
       }
@@ -233,7 +251,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     } catch (error) {
       return Promise.reject(error);
     }
-    const banned = this.controls?.anyBans ? this.bannedOutcome(prepared, undefined) : undefined;
+    const banned = this.controls?.anyBans ? this.bannedOutcome(prepared, undefined, undefined) : undefined;
     if (banned) return Promise.resolve(banned);
     // Allowed identities are let through here as in HTTP (addresses and user agents are HTTP's).
     const moduleList = this.exemptions?.list();
@@ -447,12 +465,16 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
 
   /**
    * Refused without a store call when an identity the request is counted under is banned by one of
-   * its rules (or by every rule, `'*'`; the client's address too, for HTTP, GraphQL and WebSocket):
-   * the ban that ends last says when to retry.
+   * its rules (or by every rule, `'*'`), or its client's address is (for HTTP, GraphQL and
+   * WebSocket): the ban that ends last says when to retry.
+   * @param address the client's, if known.
+   * @param inForce a rule of the request in force, to answer an address ban with when no rule
+   *   could be prepared (each resolver threw).
    */
   private bannedOutcome(
     prepared: readonly PreparedRule[],
-    context: ExecutionContext | undefined,
+    address: string | undefined,
+    inForce: RateLimitRule | undefined,
   ): RateLimitOutcome | undefined {
     const controls = this.controls!;
     const now = this.clock();
@@ -463,24 +485,25 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       const ends = controls.banUntil(p.rule.name, p.identity, now);
       if (ends !== undefined && ends > until) [until, by, identity] = [ends, p, p.identity];
     }
-    const { address } = context ? clientOf(context) : NO_CLIENT;
-    if (address && prepared.length > 0) {
+    let byAddress = false;
+    if (address) {
       // The address as a `by: 'ip'` rule counts it, so a ban of a client's /64 finds each of its addresses.
       const counted = clientAddressIdentity(address, this.options.ipv6PrefixBits);
       const ends = controls.banUntil(EVERY_RULE, counted, now);
-      if (ends !== undefined && ends > until) [until, by, identity] = [ends, prepared[0], counted];
+      if (ends !== undefined && ends > until) [until, by, identity, byAddress] = [ends, prepared[0], counted, true];
     }
-    if (!by) return undefined;
-    const { rule, thresholds, hit } = by;
+    if (!by && !byAddress) return undefined;
+    const rule = by?.rule ?? inForce!;
+    const thresholds = by?.thresholds ?? this.hits.thresholdsOf(rule);
     const decision: RuleDecision = {
       allowed: false,
-      limit: hit.limit,
+      limit: thresholds.count,
       remaining: 0,
       resetMs: until - now,
       rule,
       identity,
       windowMs: thresholds.windowMs,
-      cost: hit.cost,
+      cost: by?.hit.cost ?? 0,
       fallback: false,
       mode: 'enforce',
     };
@@ -523,7 +546,6 @@ function crossed(share: number, { limit, remaining, cost }: RuleDecision): boole
  * outcome for all of them; nothing reads an outcome to change it.
  */
 const NOT_COUNTED = Promise.resolve(rateLimitOutcome([], true, []));
-const NO_CLIENT: { address: string | undefined } = { address: undefined };
 
 /** The `conditional` of nearly every outcome: no rule with `countOn`. */
 const NO_CONDITIONAL_UNITS = Object.freeze([]) as unknown as ConditionalUnits[];
