@@ -9,6 +9,7 @@ import {
   type RateLimitStanding,
   RateLimitStore,
   capacityOf,
+  holdsInFlight,
 } from '../store/rate-limit-store.js';
 import { INSPECT_LAYOUT, INSPECT_SCRIPTS, encodeInspect } from './scripts/inspect.script.js';
 import type { DecisionTimes, LostWriteCheck, LostWriteRepairs } from './failover/lost-write-check.js';
@@ -327,8 +328,34 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     const group = indices.map((i) => hits[i]);
     const call = { now, nonce, hits: group, record, markerShare: this.markerShare };
     const { keys, args } = encodeConsume(call);
-    const answer = await this.scripts.run(CONSUME_SCRIPTS.for(group), keys, args);
+    let answer: unknown;
+    try {
+      answer = await this.scripts.run(CONSUME_SCRIPTS.for(group), keys, args);
+    } catch (error) {
+      if (!record && error instanceof RedisTimeoutError && error.answer && group.some(holdsInFlight)) {
+        void error.answer.then((late) => this.endLateInFlight(group, late, now, nonce)).catch(() => undefined);
+      }
+      throw error;
+    }
     return this.groupResult(group, indices, answer, now, nonce);
+  }
+
+  /**
+   * A call past its deadline that Redis admitted all the same: the request was decided without it,
+   * so no settlement of its will come. What it holds in flight (`countOn` units, a `settleCost`
+   * claim) ends here, its units kept; left, it would weigh on the identity for a window.
+   */
+  private async endLateInFlight(
+    group: readonly RateLimitHit[],
+    late: unknown,
+    now: number | undefined,
+    nonce: string,
+  ): Promise<void> {
+    const { allowed, receipts } = this.groupResult(group, [], late, now, nonce);
+    if (!allowed) return;
+    await this.settleQuietly(
+      group.flatMap((hit, i) => (holdsInFlight(hit) ? [{ hit, receipt: receipts[i], refund: false }] : [])),
+    );
   }
 
   /** What the full script answered for one slot's hits (`group`, at `indices` of the request). */

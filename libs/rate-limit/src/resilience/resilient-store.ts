@@ -6,6 +6,7 @@ import {
   type RateLimitStanding,
   type RateLimitSettlement,
   type RateLimitStore,
+  holdsInFlight,
   unaskedDecision,
 } from '../store/rate-limit-store.js';
 import { DecidingStore, type HitHandling, type ResilientConsumption, type StoreObserver } from './deciding-store.js';
@@ -103,12 +104,13 @@ export class ResilientStore extends DecidingStore {
    * A request Redis admitted past this instance's share of a window its fallback decided: refused.
    * What Redis counted of it stays counted, on the safe side: a refund would tell every instance the
    * key's count fell (`watchLiftedKeys`), and each would forget what it saw of the window, the shares
-   * held and the figures the lost-write check compares, just when they matter. Only a `countOn`
-   * rule's admission is ended (it announces nothing), or it would stay in flight for a window.
+   * held and the figures the lost-write check compares, just when they matter. Only an admission
+   * in flight is ended (it announces nothing), or it would stay so for a window: a `countOn` rule's
+   * units are refunded, a `settleCost` rule's claim ends with its reservation kept.
    */
   private refuseOverShare(hits: readonly RateLimitHit[], consumption: RateLimitConsumption): RateLimitConsumption {
     const inFlight = hits.flatMap((hit, i) =>
-      hit.conditional ? [{ hit, receipt: consumption.receipts![i], refund: true }] : [],
+      holdsInFlight(hit) ? [{ hit, receipt: consumption.receipts![i], refund: hit.conditional }] : [],
     );
     if (inFlight.length > 0) void this.store.settle(inFlight).catch(() => undefined);
     return {
@@ -136,7 +138,7 @@ export class ResilientStore extends DecidingStore {
     }
   }
 
-  /** Only `countOn` admissions are settled here, and no layer keeps any of theirs. */
+  /** Only admissions in flight (`countOn`, `settleCost`) are settled here, and no layer keeps any of theirs. */
   settle(settlements: readonly RateLimitSettlement[]): Promise<void> {
     return this.store.settle(settlements);
   }

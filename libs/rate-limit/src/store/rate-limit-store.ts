@@ -39,6 +39,14 @@ export interface RateLimitHit {
   settles?: string;
 }
 
+/**
+ * Whether an admission of this hit stays in flight until settled (`countOn` units, a `settleCost`
+ * claim): whoever admits it without the request's settlement to follow must end it.
+ */
+export function holdsInFlight(hit: RateLimitHit): boolean {
+  return hit.conditional || (hit.overdraftBound ?? 0) > 0;
+}
+
 /** The same shape from every store and algorithm, so headers and `Retry-After` never differ. */
 export interface RateLimitDecision {
   allowed: boolean;
