@@ -51,6 +51,8 @@ const traffic = fc.array(
     refundAfter: fc.oneof(fc.constant(-1), fc.constant(-1), fc.integer({ min: 0, max: 5 })),
     /** When settled: keep its units (a `countOn` response that counts) instead of refunding them. */
     keep: fc.constantFrom(false, false, true),
+    /** When settled and kept: units charged past the cost (a `settleCost` overdraft), ending its claim. */
+    overdraft: fc.constantFrom(0, 0, 1, 3),
   }),
   { minLength: 1, maxLength: 40 },
 );
@@ -87,6 +89,7 @@ describe('Redis scripts and the embedded store decide and refund alike (property
       cost: number;
       refundAfter: number;
       keep: boolean;
+      overdraft: number;
       windowScale: number;
       record: boolean;
     }[],
@@ -96,7 +99,7 @@ describe('Redis scripts and the embedded store decide and refund alike (property
     const memory = new MemoryRateLimitStore(1_000);
     const pending: { due: number; refund: () => Promise<unknown> }[] = [];
     let now = t0;
-    for (const [step, { gapMs, cost, refundAfter, keep, windowScale, record }] of requests.entries()) {
+    for (const [step, { gapMs, cost, refundAfter, keep, overdraft, windowScale, record }] of requests.entries()) {
       now += gapMs;
       for (const { refund } of pending.filter((p) => p.due === step)) await refund();
       const hits: RateLimitHit[] = rules.map((shape, i) => ({
@@ -117,12 +120,27 @@ describe('Redis scripts and the embedded store decide and refund alike (property
       if (fromRedis.allowed && refundAfter >= 0) {
         const redisReceipts = fromRedis.receipts!;
         const memoryReceipts = fromMemory.receipts!;
+        // A settleCost rule's overdraft: a charge that ends the admission's claim (as `settleCost` sends it).
+        const charged = (receipts: typeof redisReceipts) =>
+          hits.flatMap((hit, i) =>
+            keep && overdraft > 0 && hit.overdraftBound !== undefined
+              ? [{ ...hit, cost: overdraft, settles: receipts[i].nonce }]
+              : [],
+          );
+        const settled = (receipts: typeof redisReceipts) =>
+          hits.flatMap((hit, i) =>
+            keep && overdraft > 0 && hit.overdraftBound !== undefined
+              ? []
+              : [{ hit, receipt: receipts[i], refund: !keep }],
+          );
         pending.push({
           due: step + refundAfter + 1,
           refund: () =>
             Promise.all([
-              redisStore.settle(hits.map((hit, i) => ({ hit, receipt: redisReceipts[i], refund: !keep }))),
-              memory.settle(hits.map((hit, i) => ({ hit, receipt: memoryReceipts[i], refund: !keep }))),
+              redisStore.settle(settled(redisReceipts)),
+              memory.settle(settled(memoryReceipts)),
+              redisStore.record(charged(redisReceipts), now),
+              memory.record(charged(memoryReceipts), now),
             ]),
         });
       }

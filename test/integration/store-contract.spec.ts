@@ -103,6 +103,31 @@ describe.each(stores)('the store contract: $name', ({ options }) => {
     expect((await store.consume([rule], t0)).allowed).toBe(true);
   });
 
+  it("holds a settleCost admission's claim against the others until it settles, or 10 minutes at most", async () => {
+    const key = `${keys()}:r:fw`;
+    // 100 an hour; `overdraftBound`: what an admission may yet be charged past its cost.
+    const budget = (cost: number, overdraftBound: number) =>
+      hit(key, { limit: 100, windowMs: 3_600_000, blockMs: 60_000, cost, overdraftBound });
+    const first = await store.consume([budget(10, 50)], t0);
+    expect(first.allowed).toBe(true);
+    // 10 counted and 50 more at most in flight: 50 do not fit. Nothing is left while it runs; no penalty.
+    const turnedAway = await store.consume([budget(50, 0)], t0 + 1);
+    expect(turnedAway.decisions[0]).toMatchObject({ allowed: false, remaining: 0, provisional: true });
+    expect(turnedAway.decisions[0].resetMs).toBeLessThanOrEqual(600_000);
+    // Settled, its reservation kept: the claim ends, and 50 fit.
+    await store.settle([{ hit: budget(10, 50), receipt: first.receipts![0], refund: false }]);
+    expect((await store.consume([budget(50, 0)], t0 + 2)).allowed).toBe(true);
+    // A charge that settles one ends its claim in the same call.
+    const charged = await store.consume([budget(10, 30)], t0 + 3);
+    expect((await store.consume([budget(10, 0)], t0 + 4)).allowed).toBe(false);
+    await store.record([{ ...budget(5, 30), settles: charged.receipts![0].nonce }], t0 + 5);
+    expect((await store.consume([budget(10, 0)], t0 + 6)).allowed).toBe(true);
+    // 85 counted: a claim never settled holds 10 minutes, though the window runs an hour.
+    expect((await store.consume([budget(5, 10)], t0 + 7)).allowed).toBe(true);
+    expect((await store.consume([budget(5, 0)], t0 + 8)).allowed).toBe(false);
+    expect((await store.consume([budget(5, 0)], t0 + 7 + 600_001)).allowed).toBe(true);
+  });
+
   it('forgets a key on reset: its count, its penalty and its admissions in flight', async () => {
     const base = keys();
     const counted = hit(`${base}:counted:fw`, { limit: 2, windowMs: 60_000 });

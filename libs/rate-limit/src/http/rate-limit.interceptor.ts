@@ -6,6 +6,9 @@ import { RateLimiterService } from '../limiter/rate-limiter.service.js';
 import type { RateLimitOutcome } from '../limiter/rate-limit-outcome.js';
 import { invocationOf, transportOf } from '../transports/limited-context.js';
 
+/** Outcomes an interceptor settles, so that a second one on the same call does not settle again. */
+const SETTLED_HERE = new WeakSet<RateLimitOutcome>();
+
 /**
  * Decides the rules that must wait for the app's own guards: those whose `by` is a function of the
  * request, which typically reads what an authentication guard set (`req.user`). Nest runs global
@@ -15,15 +18,16 @@ import { invocationOf, transportOf } from '../transports/limited-context.js';
  * handler: the request is decided here instead, in the same single store call, with the same
  * headers and errors.
  *
- * It also settles `countOn` units of a GraphQL operation or a WebSocket message by the handler's
- * outcome (an HTTP route's are settled by its response's status).
+ * It also settles what only the handler's outcome tells: `countOn` units of a GraphQL operation or
+ * a WebSocket message (an HTTP route's are settled by its response's status), and the real cost of
+ * a `settleCost` rule's request, of the handler's result. Rules with either are decided here too,
+ * after the app's guards, so a request a guard refuses holds nothing that would wait for a
+ * settlement that never comes.
  *
  * `@RateLimit` adds it to the handlers (or controllers) whose rules need it; other routes never run
  * it, so they pay nothing for Nest's interceptor pipeline. It decides with the `RateLimitGuard`
  * that passed the request on (a subclass's `createException` included), or with the module's.
  */
-/** Outcomes an interceptor settles, so that a second one on the same call does not settle again. */
-const SETTLED_HERE = new WeakSet<RateLimitOutcome>();
 
 @Injectable()
 export class RateLimitInterceptor implements NestInterceptor {

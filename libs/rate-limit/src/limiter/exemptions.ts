@@ -1,7 +1,7 @@
 import { type ExecutionContext, Logger } from '@nestjs/common';
 import type { RateLimitConfigCentre } from './rate-limit-config-centre.js';
 import { SampledLogger } from '../logging/sampled-logger.js';
-import { describeError } from '../logging/store-problem-log.js';
+import { describeError } from '../logging/describe-error.js';
 import { LOG_SAMPLING, REJECTION_LOG_MAX_KEYS } from '../module/defaults.js';
 import { AllowList } from '../rules/allow-list.js';
 import type { RateLimitSkipIf } from '../rules/rate-limit-rule.js';

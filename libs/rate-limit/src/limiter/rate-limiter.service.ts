@@ -10,14 +10,15 @@ import {
 import { type DecisionObserver, RATE_LIMIT_METRICS } from './decision-observer.js';
 import { EVERY_RULE, type IdentityControls, RateLimitConfigCentre } from './rate-limit-config-centre.js';
 import { SampledLogger } from '../logging/sampled-logger.js';
-import { StoreProblemLog, describeError } from '../logging/store-problem-log.js';
+import { describeError } from '../logging/describe-error.js';
+import { StoreProblemLog } from '../logging/store-problem-log.js';
 import { REJECTION_LOG_MAX_KEYS } from '../module/defaults.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
 import { DecidingStore, type ResilientConsumption } from '../resilience/deciding-store.js';
 import { LeasingStore } from '../resilience/leasing.store.js';
 import { RateLimitRuleRegistry, type RateLimitRuleRef } from '../rules/rate-limit-rule.registry.js';
 import { RateLimitConfigurationError, type RateLimitRule } from '../rules/rate-limit-rule.js';
-import { type RateLimitHit, type RateLimitSettlement, capacityOf } from '../store/rate-limit-store.js';
+import { type RateLimitHit, type RateLimitSettlement, capacityOf, holdsInFlight } from '../store/rate-limit-store.js';
 import type { AllowList } from '../rules/allow-list.js';
 import type { RateLimitInspection } from './rate-limit-inspection.js';
 import { CountOnWaits } from './count-on-waits.js';
@@ -359,12 +360,15 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       } else if (hit.overdraftBound !== undefined && units > hit.cost + hit.overdraftBound) {
         this.warnings.once(
           `maxCost:${rule.declaredOn}:${rule.name}`,
-          `@RateLimit on ${rule.declaredOn}: a request cost ${units}, more than its maxCost (${hit.cost + hit.overdraftBound}); charged in full, but requests in flight together may overdraw the budget by more than one request's overdraft`,
+          `@RateLimit on ${rule.declaredOn}: a request cost ${units}, more than it was held at (its maxCost, or its reservation where that was more: ${hit.cost + hit.overdraftBound}); charged in full, but requests in flight together may overdraw the budget by more than one request's overdraft`,
         );
       }
       const difference = units - hit.cost;
       if (difference > 0) charges.push({ ...hit, cost: difference, settles: receipt.nonce });
-      else settlements.push({ hit: { ...hit, cost: -difference }, receipt, refund: difference < 0 });
+      // Exactly the reservation, and no claim to end: nothing to tell the store.
+      else if (difference < 0 || holdsInFlight(hit)) {
+        settlements.push({ hit: { ...hit, cost: -difference }, receipt, refund: difference < 0 });
+      }
     }
     try {
       await Promise.all([

@@ -1,4 +1,5 @@
-import { type StoreProblemLog, describeError } from '../logging/store-problem-log.js';
+import { describeError } from '../logging/describe-error.js';
+import type { StoreProblemLog } from '../logging/store-problem-log.js';
 import {
   type RateLimitConsumption,
   type RateLimitDecision,

@@ -11,6 +11,7 @@ import {
   type RateLimitSettlement,
   type RateLimitStanding,
   capacityOf,
+  claimMs,
 } from './rate-limit-store.js';
 
 type Step = Pick<AlgorithmStep<unknown>, 'allowed' | 'remaining' | 'resetMs'> & {
@@ -20,7 +21,7 @@ type Step = Pick<AlgorithmStep<unknown>, 'allowed' | 'remaining' | 'resetMs'> & 
   provisional?: boolean;
 };
 
-/** A `countOn` admission whose response has not ended yet. */
+/** A `countOn` admission whose response has not ended yet, or a `settleCost` one's claim. */
 interface InFlight {
   units: number;
   admittedAt: number;
@@ -68,9 +69,12 @@ export class MemoryRateLimitStore extends RateLimitStore {
   private readonly evictedStates: EvictedStateSketch;
   private readonly evictedBlocks: EvictedStateSketch;
   /**
-   * Per pending key, the `countOn` and `settleCost` admissions in flight by nonce. An entry whose settle never came
-   * lapses after a window; a key evicted early only makes its rejections final sooner (a penalty
-   * may start), which gives no budget back.
+   * Per pending key, the `countOn` and `settleCost` admissions in flight by nonce. An entry whose
+   * settle never came lapses (a `countOn` one after a window, a claim after `claimMs`). A key
+   * evicted early makes a `countOn` rule's rejections final sooner (a penalty may start), which
+   * gives no budget back; it frees a `settleCost` rule's claims, which does: under a flood of more
+   * than `maxKeys` identities in flight, their requests together may pass the budget by more than
+   * one overdraft. (Redis keeps every claim.)
    */
   private readonly inFlight: LRUCache<string, Map<string, InFlight>>;
   private sequence = 0;
@@ -122,8 +126,8 @@ export class MemoryRateLimitStore extends RateLimitStore {
       const step = steps[i];
       if (allowed) {
         this.hold(hit, step.next, step.remaining, step.ttlMs ?? 0, now);
-        if (hit.conditional) this.admitInFlight(hit, hit.cost, nonce, now);
-        else if (hit.overdraftBound) this.admitInFlight(hit, hit.overdraftBound, nonce, now);
+        if (hit.conditional) this.admitInFlight(hit, hit.cost, hit.windowMs, nonce, now);
+        else if (hit.overdraftBound) this.admitInFlight(hit, hit.overdraftBound, claimMs(hit), nonce, now);
       } else if (!step.allowed && !step.blocked && !step.provisional && hit.blockMs > 0) {
         this.blockedUntil.set(keysBeside(hit.key).blockKey, now + hit.blockMs, { ttl: hit.blockMs + GRACE_MS });
         step.resetMs = Math.max(step.resetMs, hit.blockMs);
@@ -206,7 +210,7 @@ export class MemoryRateLimitStore extends RateLimitStore {
   private refusedByInFlight(hit: RateLimitHit, state: unknown, step: Step, now: number): boolean {
     const inFlight = this.inFlight.get(keysBeside(hit.key).pendingKey);
     if (!inFlight) return false;
-    this.dropUnsettled(inFlight, hit, now);
+    this.dropUnsettled(inFlight, hit.windowMs, now);
     // Only admissions a refund could give back: a fixed window's since it started.
     const since = hit.algorithm === 'fixed-window' ? (step.next as { start: number }).start : now - hit.windowMs + 1;
     let units = 0;
@@ -222,23 +226,24 @@ export class MemoryRateLimitStore extends RateLimitStore {
   private withMostInFlight(hit: RateLimitHit, state: unknown, step: Step, now: number): Step {
     const inFlight = this.inFlight.get(keysBeside(hit.key).pendingKey);
     if (!inFlight) return step;
-    this.dropUnsettled(inFlight, hit, now);
+    this.dropUnsettled(inFlight, claimMs(hit), now);
     let most = 0;
     for (const admission of inFlight.values()) most += admission.units;
     if (most === 0) return step;
     const worst: Step = ALGORITHMS[hit.algorithm].step(state, { ...hit, cost: hit.cost + most }, now);
     if (worst.allowed) return step;
-    worst.provisional = true;
-    return worst;
+    // As the Redis script answers it: nothing left while they run, which ends by their claims' end.
+    return { allowed: false, remaining: 0, resetMs: Math.min(worst.resetMs, claimMs(hit)), provisional: true };
   }
 
   /** @param units what the admission holds in flight: a `countOn` one's cost, a `settleCost` one's overdraft. */
-  private admitInFlight(hit: RateLimitHit, units: number, nonce: string, now: number): void {
+  /** @param lifetimeMs how long it holds unsettled: a `countOn` admission a window, a claim `claimMs`. */
+  private admitInFlight(hit: RateLimitHit, units: number, lifetimeMs: number, nonce: string, now: number): void {
     const { pendingKey } = keysBeside(hit.key);
     const inFlight = this.inFlight.get(pendingKey) ?? new Map<string, InFlight>();
-    this.dropUnsettled(inFlight, hit, now);
+    this.dropUnsettled(inFlight, lifetimeMs, now);
     inFlight.set(nonce, { units, admittedAt: now });
-    this.inFlight.set(pendingKey, inFlight, { ttl: hit.windowMs + GRACE_MS });
+    this.inFlight.set(pendingKey, inFlight, { ttl: lifetimeMs + GRACE_MS });
   }
 
   private endInFlight(hit: RateLimitHit, nonce: string): void {
@@ -247,10 +252,10 @@ export class MemoryRateLimitStore extends RateLimitStore {
     if (inFlight?.delete(nonce) && inFlight.size === 0) this.inFlight.delete(pendingKey);
   }
 
-  /** Admissions whose settle never came hold nothing after a window. */
-  private dropUnsettled(inFlight: Map<string, InFlight>, hit: RateLimitHit, now: number): void {
+  /** Admissions whose settle never came hold nothing after their lifetime (a window, or `claimMs`). */
+  private dropUnsettled(inFlight: Map<string, InFlight>, lifetimeMs: number, now: number): void {
     for (const [nonce, admission] of inFlight) {
-      if (admission.admittedAt <= now - hit.windowMs) inFlight.delete(nonce);
+      if (admission.admittedAt <= now - lifetimeMs) inFlight.delete(nonce);
     }
   }
 

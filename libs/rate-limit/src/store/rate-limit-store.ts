@@ -3,6 +3,18 @@ import type { RateLimitAlgorithmName } from '../algorithms/algorithm.js';
 /** Keys outlive the time their state matters by this much, so a slow call never finds them gone. */
 export const GRACE_MS = 1_000;
 
+/**
+ * The longest a `settleCost` admission's claim (`overdraftBound`) is held unsettled, however long
+ * its window: a request whose settlement never came (a crash, a lost call) must not hold a day's
+ * budget for a day. A request running longer loses its claim, and with it the bound, only then.
+ */
+export const CLAIM_MS = 10 * 60_000;
+
+/** How long a claim of this hit lives unsettled: `CLAIM_MS`, or its window if shorter. */
+export function claimMs(hit: Pick<RateLimitHit, 'windowMs'>): number {
+  return Math.min(hit.windowMs, CLAIM_MS);
+}
+
 /** One rule's claim on its counter for one request. */
 export interface RateLimitHit {
   /**

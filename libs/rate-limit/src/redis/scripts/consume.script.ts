@@ -80,9 +80,10 @@ local function blockedUntil(key, now, p)
   ensureTtl(key, math.min(math.max(0, ends - now), p.block) + GRACE_MS)
   return ends
 end
--- Units of a rule's admissions still in flight that a refund could give back: admitted since
--- \`since\` (a fixed window's start: one admitted in an earlier window is refunded into nothing).
--- Ones older than a window hold none and are dropped. A member ends in its cost (\`pendingMember\`).
+-- Units of a rule's admissions still in flight, admitted since \`since\`: a \`countOn\` rule's that a
+-- refund could give back (from a fixed window's start: one admitted in an earlier window is
+-- refunded into nothing), or a \`settleCost\` rule's claims. Ones older than \`p.window\` hold none
+-- and are dropped. A member ends in its units (\`pendingMember\`).
 local function inFlightUnits(key, now, p, since)
   read('ZREMRANGEBYSCORE', key, '-inf', now - p.window)
   ensureTtl(key, p.window + GRACE_MS)
@@ -122,15 +123,20 @@ for i = 1, call.rules do
         s.provisional = algorithm.check(p.key, now, without).allowed
       end
     elseif s.allowed and p.overdraft >= 0 then
-      local most = inFlightUnits(p.pendingKey, now, p, now - p.window + 1)
+      local claim = math.min(p.window, CLAIM_MS)
+      local most = inFlightUnits(p.pendingKey, now, { window = claim }, now - claim + 1)
       if most > 0 then
         local worst = {}
         for name, value in pairs(p) do worst[name] = value end
         worst.cost = p.cost + most
         local w = algorithm.check(p.key, now, worst)
         if not w.allowed then
+          -- Nothing is left for it while they run; they end by their settlements, or by their
+          -- claims' end at the latest, sooner than their units would ever refill.
           s = w
           s.provisional = true
+          s.remaining = 0
+          s.reset = math.min(w.reset, claim)
         end
       end
     end
@@ -151,9 +157,10 @@ for i = 1, call.rules do
       redis.call('ZADD', p.pendingKey, now, pendingMember(call.nonce, p.cost))
       redis.call('PEXPIRE', p.pendingKey, p.window + GRACE_MS)
     elseif p.overdraft > 0 and not p.force then
-      write('ZREMRANGEBYSCORE', p.pendingKey, '-inf', now - p.window)
+      local claim = math.min(p.window, CLAIM_MS)
+      write('ZREMRANGEBYSCORE', p.pendingKey, '-inf', now - claim)
       redis.call('ZADD', p.pendingKey, now, pendingMember(call.nonce, p.overdraft))
-      redis.call('PEXPIRE', p.pendingKey, p.window + GRACE_MS)
+      redis.call('PEXPIRE', p.pendingKey, claim + GRACE_MS)
     end
     if p.settles ~= '' then redis.call('ZREM', p.pendingKey, pendingMember(p.settles, p.overdraft)) end
   else

@@ -4,7 +4,7 @@ import { GCRA_LUA } from '../../algorithms/gcra/gcra.lua.js';
 import { SLIDING_LOG_LUA } from '../../algorithms/sliding-log/sliding-log.lua.js';
 import { SLIDING_WINDOW_LUA } from '../../algorithms/sliding-window/sliding-window.lua.js';
 import { TOKEN_BUCKET_LUA } from '../../algorithms/token-bucket/token-bucket.lua.js';
-import { GRACE_MS, type RateLimitHit } from '../../store/rate-limit-store.js';
+import { CLAIM_MS, GRACE_MS, type RateLimitHit } from '../../store/rate-limit-store.js';
 
 /**
  * Helpers the consume and refund scripts share, then the Lua of the algorithms a script serves, as
@@ -49,6 +49,7 @@ end`;
 
 const HELPERS_LUA = `${REDIS_TIME_LUA}
 local GRACE_MS = ${GRACE_MS}
+local CLAIM_MS = ${CLAIM_MS}
 local ROUNDING_EPSILON = ${ROUNDING_EPSILON}
 local function fmt(x) return string.format('%.17g', x) end
 local repaired = false
