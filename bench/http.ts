@@ -1,7 +1,8 @@
 /**
  * What a limiter costs a Nest app per HTTP request, side by side in one run: the same app without a
  * limiter (bare), with a guard making one bare EVALSHA (the floor), with this library (embedded
- * store; Redis, with and without its headers), with rate-limiter-flexible
+ * store; Redis, with and without its headers, and on a route with `settleCost`: what its interceptor
+ * and its settlement after the handler cost), with rate-limiter-flexible
  * (RateLimiterRedis in a guard, with and without its in-memory block) and with @nestjs/throttler on
  * @nest-lab/throttler-storage-redis. Each is `bench/support/http-contender.ts` in a process of its
  * own (one core); autocannon runs in this one (the other core); Redis is a redis-server this script
@@ -47,7 +48,16 @@ interface Result {
   statuses: string;
 }
 
-const ADMITTING = ['bare', 'floor', 'ours-memory', 'ours-redis', 'ours-redis-no-headers', 'rlf', 'throttler'] as const;
+const ADMITTING = [
+  'bare',
+  'floor',
+  'ours-memory',
+  'ours-redis',
+  'ours-redis-no-headers',
+  'ours-redis-settle',
+  'rlf',
+  'throttler',
+] as const;
 const ATTACK = ['bare', 'refuse', 'floor', 'ours-memory', 'ours-redis', 'rlf', 'rlf-block', 'throttler'] as const;
 
 const NAMES: Record<string, string> = {
@@ -57,6 +67,7 @@ const NAMES: Record<string, string> = {
   'ours-redis-no-headers': 'ours, Redis, headers: false',
   'ours-memory': 'ours, embedded store',
   'ours-redis': 'ours, Redis',
+  'ours-redis-settle': 'ours, Redis, a settleCost route (interceptor + settlement)',
   rlf: 'rate-limiter-flexible',
   'rlf-block': 'rate-limiter-flexible, in-memory block',
   throttler: '@nestjs/throttler + Redis storage',

@@ -7,6 +7,8 @@
  *   ours-memory     RateLimitModule.forRoot(), the embedded store
  *   ours-redis      RateLimitModule.forRoot({ redis: REDIS_URL })
  *   ours-redis-no-headers   the same with `headers: false`
+ *   ours-redis-settle       the same on a route with `settleCost` (1 reserved, at most 2, 1 settled):
+ *                   `RateLimitInterceptor` around the handler and its settlement, a second store call
  *   floor           a guard making one EVALSHA of a bare fixed window (INCR, PEXPIRE on the first)
  *   refuse          a guard that refuses every request with a 429 and asks nobody: the least any
  *                   Nest guard pays to answer 429, the ceiling of every limiter under attack
@@ -51,6 +53,15 @@ class PingController {
 class LimitedPingController {
   @Get('ping')
   @RateLimit({ count: LIMIT, window: '1m' })
+  ping(): string {
+    return 'pong';
+  }
+}
+
+@Controller()
+class SettledPingController {
+  @Get('ping')
+  @RateLimit({ count: LIMIT, window: '1m', maxCost: 2, settleCost: () => 1 })
   ping(): string {
     return 'pong';
   }
@@ -109,6 +120,12 @@ function appModule(): DynamicModule {
         ],
         controllers: [LimitedPingController],
       };
+    case 'ours-redis-settle':
+      return {
+        module: BenchModule,
+        imports: [RateLimitModule.forRoot({ redis: REDIS_URL })],
+        controllers: [SettledPingController],
+      };
     case 'refuse':
       return {
         module: BenchModule,
@@ -158,7 +175,7 @@ function appModule(): DynamicModule {
       };
     default:
       throw new Error(
-        `CONTENDER=${CONTENDER}: not one of bare, refuse, floor, ours-memory, ours-redis, ours-redis-no-headers, rlf, rlf-block, throttler`,
+        `CONTENDER=${CONTENDER}: not one of bare, refuse, floor, ours-memory, ours-redis, ours-redis-no-headers, ours-redis-settle, rlf, rlf-block, throttler`,
       );
   }
 }
