@@ -351,20 +351,25 @@ describeStores('a ban on a WebSocket client', (store) => {
   });
 });
 
-describe('overrides written at once for one identity, on instances sharing Redis', () => {
+describe('bans and overrides on instances sharing Redis', () => {
+  const store = STORES.find(({ name }) => name === 'Redis')!;
   const apps: INestApplication[] = [];
   afterEach(async () => {
     await Promise.all(apps.splice(0).map((app) => app.close()));
   });
 
-  it('leave one entry: the last written', async () => {
-    const store = STORES.find(({ name }) => name === 'Redis')!;
+  /** Two instances of the app on one Redis, under one key prefix. */
+  async function twoInstances(keyPrefix: string): Promise<[INestApplication, INestApplication]> {
+    const first = await startApp(store, 'express', new TestClock(), keyPrefix);
+    apps.push(first);
+    const second = await startApp(store, 'express', new TestClock(), keyPrefix);
+    apps.push(second);
+    return [first, second];
+  }
+
+  it('written at once for one identity, leave one entry: the last written', async () => {
     const keyPrefix = uniquePrefix();
-    const [first, second] = [
-      await startApp(store, 'express', new TestClock(), keyPrefix),
-      await startApp(store, 'express', new TestClock(), keyPrefix),
-    ];
-    apps.push(first, second);
+    const [first, second] = await twoInstances(keyPrefix);
     const redis = new Redis((await store.redis())!);
     try {
       for (let round = 0; round < 10; round += 1) {
@@ -382,6 +387,28 @@ describe('overrides written at once for one identity, on instances sharing Redis
     } finally {
       redis.disconnect();
     }
+  });
+
+  it('a ban and an override reach another instance within a second', async () => {
+    const [first, second] = await twoInstances(uniquePrefix());
+    await first.get(RateLimitManagementService).ban('ApiController.search', '192.0.2.44', '1h');
+    const startedAt = performance.now();
+    await eventually(
+      async () => (await request(second.getHttpServer()).get('/search').set(from('192.0.2.44'))).status === 403,
+      { timeoutMs: 1_000, what: 'the ban reaching the second instance' },
+    );
+    expect(performance.now() - startedAt).toBeLessThan(1_000);
+
+    // An override the same way: tenant acme's own 1 on the second instance (the rule's is 3).
+    await first.get(RateLimitManagementService).setOverride('exports', 'acme', { count: 1 }, '1h');
+    const overriddenAt = performance.now();
+    await eventually(
+      async () =>
+        (await request(second.getHttpServer()).get('/exports').set('x-tenant', 'acme')).headers['ratelimit-limit'] ===
+        '1',
+      { timeoutMs: 1_000, what: 'the override reaching the second instance' },
+    );
+    expect(performance.now() - overriddenAt).toBeLessThan(1_000);
   });
 });
 
@@ -447,40 +474,5 @@ describe('a process without the rules, on the Redis of an app with a settleCost 
     } finally {
       await Promise.all([app.close(), operator.close()]);
     }
-  });
-});
-
-describe('a ban across instances sharing Redis', () => {
-  const apps: INestApplication[] = [];
-  afterEach(async () => {
-    await Promise.all(apps.splice(0).map((app) => app.close()));
-  });
-
-  it('reaches another instance within a second', async () => {
-    const store = STORES.find(({ name }) => name === 'Redis')!;
-    const keyPrefix = uniquePrefix();
-    const [first, second] = [
-      await startApp(store, 'express', new TestClock(), keyPrefix),
-      await startApp(store, 'express', new TestClock(), keyPrefix),
-    ];
-    apps.push(first, second);
-    await first.get(RateLimitManagementService).ban('ApiController.search', '192.0.2.44', '1h');
-    const startedAt = performance.now();
-    await eventually(
-      async () => (await request(second.getHttpServer()).get('/search').set(from('192.0.2.44'))).status === 403,
-      { timeoutMs: 1_000, what: 'the ban reaching the second instance' },
-    );
-    expect(performance.now() - startedAt).toBeLessThan(1_000);
-
-    // An override the same way: tenant acme's own 1 on the second instance (the rule's is 3).
-    await first.get(RateLimitManagementService).setOverride('exports', 'acme', { count: 1 }, '1h');
-    const overriddenAt = performance.now();
-    await eventually(
-      async () =>
-        (await request(second.getHttpServer()).get('/exports').set('x-tenant', 'acme')).headers['ratelimit-limit'] ===
-        '1',
-      { timeoutMs: 1_000, what: 'the override reaching the second instance' },
-    );
-    expect(performance.now() - overriddenAt).toBeLessThan(1_000);
   });
 });

@@ -5,6 +5,7 @@ import {
   Get,
   type INestApplication,
   Injectable,
+  type Type,
   UnauthorizedException,
   UseGuards,
 } from '@nestjs/common';
@@ -16,6 +17,7 @@ import { SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
 import {
   RateLimit,
   RateLimitConfigurationError,
+  type RateLimitDefaultRule,
   RateLimitModule,
   RateLimiterService,
   SkipRateLimit,
@@ -77,6 +79,19 @@ describeStoresAndPlatforms('forRoot({ defaults })', (store, platform) => {
     app = undefined;
   });
 
+  /** The shop (and what else is given) under these defaults, on this store and platform. */
+  async function shop(
+    defaults: RateLimitDefaultRule[],
+    controllers: Type[] = [ShopController],
+  ): Promise<INestApplication> {
+    app = await createTestApp({
+      platform,
+      controllers,
+      rateLimit: { redis: await store.redis(), keyPrefix: uniquePrefix(), defaults },
+    });
+    return app;
+  }
+
   it('limits every route without a decorator, each on a counter of its own, as throttler counts', async () => {
     const logs = new LogCapture();
     app = await createTestApp({
@@ -105,26 +120,16 @@ describeStoresAndPlatforms('forRoot({ defaults })', (store, platform) => {
   });
 
   it('a default with settleCost: every route settles its real cost after the handler', async () => {
-    app = await createTestApp({
-      platform,
-      controllers: [ShopController],
-      rateLimit: {
-        redis: await store.redis(),
-        keyPrefix: uniquePrefix(),
-        // 10 reserved, the characters answered charged: 'a' costs 1.
-        defaults: [{ count: 100, window: '1m', cost: 10, maxCost: 50, settleCost: (result) => String(result).length }],
-      },
-    });
+    // 10 reserved, the characters answered charged: 'a' costs 1.
+    const app = await shop([
+      { count: 100, window: '1m', cost: 10, maxCost: 50, settleCost: (result) => String(result).length },
+    ]);
     // Reservations alone would admit 10.
     expect(await statuses(app, '/a', 30)).toEqual(Array.from({ length: 30 }, () => 200));
   });
 
   it("counted per route: inspected by one route's name ('Route#name'), reset on every route by its own", async () => {
-    app = await createTestApp({
-      platform,
-      controllers: [ShopController],
-      rateLimit: { redis: await store.redis(), keyPrefix: uniquePrefix(), defaults: [{ count: 2, window: '1m' }] },
-    });
+    app = await shop([{ count: 2, window: '1m' }]);
     expect([...(await statuses(app, '/a', 3)), ...(await statuses(app, '/b', 1))]).toEqual([200, 200, 429, 200]);
     const limiter = app.get(RateLimiterService);
     const client = '::ffff:127.0.0.1';
@@ -139,15 +144,7 @@ describeStoresAndPlatforms('forRoot({ defaults })', (store, platform) => {
   });
 
   it("scope 'app': one counter per client for every route it covers", async () => {
-    app = await createTestApp({
-      platform,
-      controllers: [ShopController],
-      rateLimit: {
-        redis: await store.redis(),
-        keyPrefix: uniquePrefix(),
-        defaults: [{ count: 3, window: '1m', scope: 'app' }],
-      },
-    });
+    app = await shop([{ count: 3, window: '1m', scope: 'app' }]);
     expect([...(await statuses(app, '/a', 2)), ...(await statuses(app, '/b', 2))]).toEqual([200, 200, 200, 429]);
   });
 
@@ -165,18 +162,13 @@ describeStoresAndPlatforms('forRoot({ defaults })', (store, platform) => {
         return 'long';
       }
     }
-    app = await createTestApp({
-      platform,
-      controllers: [TwoController],
-      rateLimit: {
-        redis: await store.redis(),
-        keyPrefix: uniquePrefix(),
-        defaults: [
-          { name: 'short', count: 1, window: '1m' },
-          { name: 'long', count: 3, window: '1m' },
-        ],
-      },
-    });
+    app = await shop(
+      [
+        { name: 'short', count: 1, window: '1m' },
+        { name: 'long', count: 3, window: '1m' },
+      ],
+      [TwoController],
+    );
     expect(await statuses(app, '/both', 2)).toEqual([200, 429]);
     expect(await statuses(app, '/long-only', 4)).toEqual([200, 200, 200, 429]);
   });
