@@ -28,7 +28,6 @@ const SETTLED_HERE = new WeakSet<RateLimitOutcome>();
  * it, so they pay nothing for Nest's interceptor pipeline. It decides with the `RateLimitGuard`
  * that passed the request on (a subclass's `createException` included), or with the module's.
  */
-
 @Injectable()
 export class RateLimitInterceptor implements NestInterceptor {
   private moduleGuard: RateLimitGuard | undefined;

@@ -220,26 +220,30 @@ export class HitPreparation {
   private async costOf(rule: RateLimitRule, context: ExecutionContext): Promise<number> {
     const { cost } = rule;
     if (typeof cost === 'number') return cost;
-    const value: unknown = await cost(context);
-    if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
-    this.warnings.once(
-      `cost:${rule.declaredOn}:${rule.name}`,
-      `@RateLimit on ${rule.declaredOn}: 'cost' returned ${describeValue(value, 40)}, not a whole number >= 0; counting 1`,
-    );
-    return 1;
+    return this.unitsOf(rule, 'cost', await cost(context), 1, 'counting 1');
   }
 
   /** A `settleCost` rule's most for this request; its cost (nothing more held in flight) when that fails. */
   private async maxCostOf(rule: RateLimitRule, context: ExecutionContext, cost: number): Promise<number | undefined> {
     const { maxCost } = rule;
     if (typeof maxCost !== 'function') return maxCost;
-    const value: unknown = await maxCost(context);
+    return this.unitsOf(
+      rule,
+      'maxCost',
+      await maxCost(context),
+      cost,
+      'such requests hold only their reservation in flight, and may overdraw the budget together',
+    );
+  }
+
+  /** What a rule's units function returned, if a whole number >= 0; else `fallback`, said once. */
+  private unitsOf(rule: RateLimitRule, field: string, value: unknown, fallback: number, instead: string): number {
     if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
     this.warnings.once(
-      `maxCost:${rule.declaredOn}:${rule.name}`,
-      `@RateLimit on ${rule.declaredOn}: 'maxCost' returned ${describeValue(value, 40)}, not a whole number >= 0; such requests hold only their reservation in flight, and may overdraw the budget together`,
+      `${field}:${rule.declaredOn}:${rule.name}`,
+      `@RateLimit on ${rule.declaredOn}: '${field}' returned ${describeValue(value, 40)}, not a whole number >= 0; ${instead}`,
     );
-    return cost;
+    return fallback;
   }
 
   /**
