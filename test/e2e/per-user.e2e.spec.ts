@@ -56,6 +56,27 @@ class OrdersController {
   }
 }
 
+/**
+ * A login an attacker floods with guessed credentials: a per-address rule, and beside it a per-user
+ * rule that waits for the auth guard. The guard refuses every guess; the per-address rule must
+ * still count them.
+ */
+@Controller('login')
+@UseGuards(AuthGuard)
+class LoginController {
+  @Get()
+  @RateLimit({ name: 'login-ip', count: 3, window: '1m' })
+  @RateLimit({
+    name: 'login-user',
+    count: 100,
+    window: '1m',
+    by: (ctx) => ctx.switchToHttp().getRequest<AuthenticatedRequest>().user?.id,
+  })
+  login() {
+    return { ok: true };
+  }
+}
+
 /** The same controller in a feature module that does not import RateLimitModule, as apps lay them out. */
 @Controller('account')
 @UseGuards(AuthGuard)
@@ -82,7 +103,7 @@ describeStoresAndPlatforms('per-user limits behind an auth guard', (store, platf
   async function start() {
     logs = new LogCapture();
     app = await createTestApp({
-      controllers: [ProfileController, OrdersController],
+      controllers: [ProfileController, OrdersController, LoginController],
       imports: [AccountModule],
       rateLimit: { redis: await store.redis(), keyPrefix: uniquePrefix() },
       platform,
@@ -116,17 +137,33 @@ describeStoresAndPlatforms('per-user limits behind an auth guard', (store, platf
     expect((await get('/profile', 'carol')).status).toBe(200);
   });
 
-  it('decides the per-address rule and the per-user rule of a handler together', async () => {
+  it('decides the per-address rule before the auth guard and the per-user rule after it', async () => {
     await start();
-    expect((await get('/orders', 'alice')).status).toBe(200);
-    // Alice's own limit refuses her; the per-address rule did not count the refused request.
-    expect((await get('/orders', 'alice')).status).toBe(429);
+    const first = await get('/orders', 'alice');
+    expect(first.status).toBe(200);
+    // The headers report the tightest rule of both parts: Alice's own, with nothing left.
+    expect(first.headers['ratelimit-limit']).toBe('1');
+    expect(first.headers['ratelimit-remaining']).toBe('0');
+    // Alice's own limit refuses her; the per-address rule, decided before, counted the request.
+    const second = await get('/orders', 'alice');
+    expect(second.status).toBe(429);
+    expect(second.body.message).toMatch(/OrdersController\.list/);
     expect((await get('/orders', 'bob')).status).toBe(200);
-    expect((await get('/orders', 'dave')).status).toBe(200);
-    // Three admitted from this address: the class rule now refuses anyone else here.
-    const refused = await get('/orders', 'erin');
+    // Three requests from this address: the class rule now refuses anyone else here.
+    const refused = await get('/orders', 'dave');
     expect(refused.status).toBe(429);
     expect(refused.body.message).toMatch(/orders-per-address/);
+  });
+
+  it('counts by address the requests the auth guard refuses, beside a per-user rule', async () => {
+    await start();
+    const statuses = [];
+    for (let i = 0; i < 8; i += 1) statuses.push((await get('/login')).status);
+    expect(statuses).toEqual([401, 401, 401, 429, 429, 429, 429, 429]);
+    const refused = await get('/login', 'alice');
+    expect(refused.status).toBe(429);
+    expect(refused.body.message).toMatch(/login-ip/);
+    expect(Number(refused.headers['retry-after'])).toBeGreaterThan(0);
   });
 
   it('works in a feature module that does not import RateLimitModule', async () => {

@@ -31,8 +31,48 @@ class NotGuardedController {
   }
 }
 
+/** A rule decided after the app's guards, by the interceptor `@RateLimit` adds, on a route the guard does not cover. */
+@Controller('not-guarded-per-client')
+class NotGuardedPerClientController {
+  @Get()
+  @RateLimit({ count: 1, window: '1m', by: (ctx) => ctx.switchToHttp().getRequest<{ ip: string }>().ip })
+  get() {
+    return {};
+  }
+}
+
+/** The same rule where `@UseGuards` applies the guard. */
+@Controller('opt-in-per-client')
+@UseGuards(RateLimitGuard)
+class OptInPerClientController {
+  @Get()
+  @RateLimit({ count: 1, window: '1m', by: (ctx) => ctx.switchToHttp().getRequest<{ ip: string }>().ip })
+  get() {
+    return {};
+  }
+}
+
+@Controller('plain')
+class PlainController {
+  @Get()
+  get() {
+    return {};
+  }
+}
+
+@Controller('plain-guarded')
+@UseGuards(RateLimitGuard)
+class PlainGuardedController {
+  @Get()
+  get() {
+    return {};
+  }
+}
+
 /** A feature module that does not import RateLimitModule: it relies on `isGlobal`. */
-@Module({ controllers: [OptInController, NotGuardedController] })
+@Module({
+  controllers: [OptInController, NotGuardedController, NotGuardedPerClientController, OptInPerClientController],
+})
 class FeatureModule {}
 
 describe('module options', () => {
@@ -70,12 +110,36 @@ describe('module options', () => {
       await http.get('/opt-in').expect(200);
       await http.get('/opt-in').expect(429);
       expect((await sequential(3, () => http.get('/not-guarded'))).statuses).toEqual([200, 200, 200]);
+      // A rule the interceptor decides is no exception: limited only where the guard applies.
+      expect((await sequential(3, () => http.get('/not-guarded-per-client'))).statuses).toEqual([200, 200, 200]);
+      expect((await sequential(2, () => http.get('/opt-in-per-client'))).statuses).toEqual([200, 429]);
       const redis = server.client();
       const keys = await redis.keys(`${prefix}:*`);
-      // The counter alone (no marker: failover.marker is off by default), for supertest's address.
+      // The counters alone (no marker: failover.marker is off by default), for supertest's address.
       const optIn = rateLimitKeys(prefix, 'OptInController.get', '127.0.0.1', 'fixed-window');
-      expect(keys).toEqual([optIn.key]);
+      // One per route the guard covers: none for the routes it does not.
+      expect(keys).toHaveLength(2);
+      expect(keys).toContain(optIn.key);
       expect(await fixedWindowCount(redis, optIn.key)).toBe(2);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('globalGuard: false with a default the interceptor decides limits only where @UseGuards applies the guard', async () => {
+    const app = await createTestApp({
+      controllers: [PlainController, PlainGuardedController],
+      rateLimit: {
+        redis: server.url,
+        keyPrefix: uniquePrefix(),
+        globalGuard: false,
+        defaults: [{ count: 1, window: '1m', by: (ctx) => ctx.switchToHttp().getRequest<{ ip: string }>().ip }],
+      },
+    });
+    try {
+      const http = request(app.getHttpServer());
+      expect((await sequential(3, () => http.get('/plain'))).statuses).toEqual([200, 200, 200]);
+      expect((await sequential(2, () => http.get('/plain-guarded'))).statuses).toEqual([200, 429]);
     } finally {
       await app.close();
     }

@@ -12,6 +12,7 @@ import {
   RateLimitBannedException,
   RateLimitException,
   banMessage,
+  bothParts,
   type RateLimitOutcome,
   type RuleDecision,
   rateLimitHeaders,
@@ -27,15 +28,18 @@ import { answerHalfClosedClients, invocationOf, transportOf } from '../transport
 
 /**
  * The guard's decision per request, so a guard registered twice (globally and with `@UseGuards`)
- * decides once. On the request, under a symbol of the library's: kept in a WeakMap instead, an
- * entry per request cost every young-generation collection its weak-table work (the guard path's
- * collections took 1.5x as long, its p99 1.6x, at 16 in flight).
+ * decides once; once the rules waiting for the app's guards are decided too, both parts' outcome.
+ * On the request, under a symbol of the library's: kept in a WeakMap instead, an entry per request
+ * cost every young-generation collection its weak-table work (the guard path's collections took
+ * 1.5x as long, its p99 1.6x, at 16 in flight).
  */
 const OUTCOME = Symbol('nest-rate-limit outcome');
-/** Per request, the guard that left its rules to `RateLimitInterceptor`. */
+/** Per request, the guard that left rules to `RateLimitInterceptor`. */
 const DEFERRED = Symbol('nest-rate-limit deferred');
+/** Per request, the outcome of the rules decided after the app's guards, so an interceptor registered twice decides once. */
+const AFTER_GUARDS = Symbol('nest-rate-limit after guards');
 
-type Invocation = { [OUTCOME]?: RateLimitOutcome; [DEFERRED]?: AfterGuardsDecider };
+type Invocation = { [OUTCOME]?: RateLimitOutcome; [DEFERRED]?: AfterGuardsDecider; [AFTER_GUARDS]?: RateLimitOutcome };
 
 export function outcomeOf(request: object): RateLimitOutcome | undefined {
   return (request as Invocation)[OUTCOME];
@@ -71,9 +75,11 @@ export function guardDeferredTo(request: object): AfterGuardsDecider | undefined
  * would only add Nest's observable pipeline to every route (about 6% of a small app's requests
  * per second, measured with `npm run bench:http`).
  *
- * A handler with a rule whose `by` is a function of the request (`req.user?.id`) is decided after
- * the app's own guards instead, by `RateLimitInterceptor`, which `@RateLimit` adds to it: an
- * authentication guard on the controller has then set what `by` reads.
+ * A rule whose `by` is a function of the request (`req.user?.id`) is decided after the app's own
+ * guards instead, by `RateLimitInterceptor`, which `@RateLimit` adds to its handler: an
+ * authentication guard on the controller has then set what `by` reads. The handler's other rules
+ * (by client address, or for all) are still decided here, so the requests that guard refuses
+ * are counted by them.
  *
  * Subclass it and override `createException` to change the error.
  */
@@ -101,34 +107,42 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     try {
       const rules = this.registry.rulesFor(context.getClass(), context.getHandler());
       if (rules.length === 0) return ADMITTED;
-      if (this.registry.decidedAfterGuards(rules, context)) {
-        deferToInterceptor(invocationOf(context), this);
-        return ADMITTED;
-      }
-      return this.decide(rules, context);
+      const split = this.registry.splitAroundGuards(rules, context);
+      if (!split) return this.decide(rules, context);
+      deferToInterceptor(invocationOf(context), this);
+      if (split.beforeGuards.length === 0) return ADMITTED;
+      return this.decide(split.beforeGuards, context);
     } catch (error) {
       return Promise.reject(error);
     }
   }
 
   /**
-   * For `RateLimitInterceptor`: decides a handler whose rules wait for the app's guards. Resolves
-   * true when admitted (or when the guard decided the handler's rules already); throws the
-   * rejection otherwise.
+   * For `RateLimitInterceptor`: decides a handler's rules that wait for the app's guards. Resolves
+   * true when admitted (or when they are decided already); throws the rejection otherwise. The
+   * request's outcome is then both parts': the headers report the tightest rule of either.
    * @internal
    */
   decideAfterGuards(context: ExecutionContext): Promise<boolean> {
     try {
       const rules = this.registry.rulesFor(context.getClass(), context.getHandler());
-      if (!this.registry.decidedAfterGuards(rules, context)) return ADMITTED;
-      return this.decide(rules, context);
+      const split = this.registry.splitAroundGuards(rules, context);
+      if (!split) return ADMITTED;
+      return this.decide(split.afterGuards, context, AFTER_GUARDS);
     } catch (error) {
       return Promise.reject(error);
     }
   }
 
-  /** Throws (synchronously) for a context it cannot decide; the callers turn that into a rejection. */
-  private decide(rules: readonly RateLimitRule[], context: ExecutionContext): Promise<boolean> {
+  /**
+   * Throws (synchronously) for a context it cannot decide; the callers turn that into a rejection.
+   * @param part where the decision is kept: `OUTCOME` before the app's guards, `AFTER_GUARDS` after
+   */
+  private decide(
+    rules: readonly RateLimitRule[],
+    context: ExecutionContext,
+    part: typeof OUTCOME | typeof AFTER_GUARDS = OUTCOME,
+  ): Promise<boolean> {
     const transport = transportOf(context);
     // Bootstrap refuses rules on such handlers; should one get past it, it must not pass unlimited.
     if (!transport) {
@@ -137,11 +151,14 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
         `@RateLimit on ${handler}: it runs in a '${context.getType()}' context, and ${SUPPORTED_HANDLERS}`,
       );
     }
-    const invocation = invocationOf(context);
-    const earlier = outcomeOf(invocation);
+    const invocation = invocationOf(context) as Invocation;
+    const earlier = invocation[part];
     if (earlier) return Promise.resolve(earlier.allowed);
-    return this.limiter.check(rules, context).then((outcome) => {
-      attachOutcome(invocation, outcome);
+    return this.limiter.check(rules, context).then((decided) => {
+      invocation[part] = decided;
+      const before = part === AFTER_GUARDS ? invocation[OUTCOME] : undefined;
+      const outcome = before ? bothParts(before, decided) : decided;
+      invocation[OUTCOME] = outcome;
       if (transport === 'http') return this.answerHttp(outcome, context);
       return this.answerOther(outcome, context, transport);
     });

@@ -1,7 +1,7 @@
 import { type CallHandler, type ExecutionContext, Injectable, type NestInterceptor } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { type Observable, finalize, tap } from 'rxjs';
-import { RateLimitGuard, guardDeferredTo, outcomeOf } from './rate-limit.guard.js';
+import { guardDeferredTo, outcomeOf } from './rate-limit.guard.js';
 import { RateLimiterService } from '../limiter/rate-limiter.service.js';
 import type { RateLimitOutcome } from '../limiter/rate-limit-outcome.js';
 import { invocationOf, transportOf } from '../transports/limited-context.js';
@@ -26,11 +26,12 @@ const SETTLED_HERE = new WeakSet<RateLimitOutcome>();
  *
  * `@RateLimit` adds it to the handlers (or controllers) whose rules need it; other routes never run
  * it, so they pay nothing for Nest's interceptor pipeline. It decides with the `RateLimitGuard`
- * that passed the request on (a subclass's `createException` included), or with the module's.
+ * that passed the request on (a subclass's `createException` included), and nothing where no
+ * such guard ran. A handler's rules by client address or for all are decided by that guard, before
+ * the app's guards, whatever its other rules need.
  */
 @Injectable()
 export class RateLimitInterceptor implements NestInterceptor {
-  private moduleGuard: RateLimitGuard | undefined;
   private limiter: RateLimiterService | undefined;
 
   /**
@@ -42,7 +43,10 @@ export class RateLimitInterceptor implements NestInterceptor {
 
   async intercept(context: ExecutionContext, next: CallHandler): Promise<Observable<unknown>> {
     const invocation = invocationOf(context);
-    const guard = guardDeferredTo(invocation) ?? this.guardOfModule();
+    // Only what a `RateLimitGuard` passed on: a route that guard does not cover (`globalGuard:
+    // false` without `@UseGuards(RateLimitGuard)`) is not limited, whatever its rules need.
+    const guard = guardDeferredTo(invocation);
+    if (!guard) return next.handle();
     await guard.decideAfterGuards(context);
     const outcome = outcomeOf(invocation);
     if (!outcome?.allowed) return next.handle();
@@ -117,13 +121,5 @@ export class RateLimitInterceptor implements NestInterceptor {
       }
     }
     await limiter.settleCost(outcome, actual);
-  }
-
-  private guardOfModule(): RateLimitGuard {
-    this.moduleGuard ??= this.moduleRef.get(RateLimitGuard, { strict: false });
-    if (!this.moduleGuard) {
-      throw new Error('RateLimitInterceptor needs RateLimitModule: import RateLimitModule.forRoot() in the app');
-    }
-    return this.moduleGuard;
   }
 }

@@ -93,6 +93,17 @@ export function rateLimitOutcome(
   return outcome;
 }
 
+/**
+ * A request decided in two parts, before the app's guards and after them (each part one store
+ * call): one outcome whose headers report the tightest rule of both. Only the second part's units
+ * are left to settle: the first part's were armed when it was decided.
+ */
+export function bothParts(first: RateLimitOutcome, second: RateLimitOutcome): RateLimitOutcome {
+  if (second.banned || first.decisions.length === 0) return second;
+  const decisions = [...first.decisions, ...second.decisions];
+  return rateLimitOutcome(decisions, second.allowed, second.conditional, second.storeError, second.reserved);
+}
+
 /** The `reserved` of nearly every outcome: no rule with `settleCost`. */
 export const NO_RESERVED_UNITS: readonly ReservedUnits[] = Object.freeze([]);
 

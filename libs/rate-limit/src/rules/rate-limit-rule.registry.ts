@@ -22,7 +22,7 @@ export type RateLimitRuleRef = string | (RateLimitOptions & { name: string });
 
 /**
  * Turns decorator metadata into validated rules once per handler, and answers what a request asks:
- * the rules of its handler (`rulesFor`) and whether they are decided after the app's guards. Every
+ * the rules of its handler (`rulesFor`) and which of them wait for the app's guards. Every
  * request opens this file, so it holds only that and the compiling it needs; what bootstrap checks
  * once (every controller, resolver, gateway and provider of the app, the key ids) is
  * `DeclaredRulesCheck`'s, which fills this registry before the app serves. Rules by name, for the
@@ -31,10 +31,10 @@ export type RateLimitRuleRef = string | (RateLimitOptions & { name: string });
 @Injectable()
 export class RateLimitRuleRegistry {
   private readonly rulesByClass = new WeakMap<Handler, Map<Handler, readonly RateLimitRule[]>>();
-  /** Rules of handlers decided after the app's guards (`decidedAfterGuards`). */
-  private readonly afterGuards = new WeakSet<readonly RateLimitRule[]>();
-  /** Rules of handlers with a `countOn` rule: decided after the app's guards outside HTTP. */
-  private readonly countingOnOutcome = new WeakSet<readonly RateLimitRule[]>();
+  /** A handler's rules split around the app's guards on HTTP, where some wait for them (`splitAroundGuards`). */
+  private readonly splitOnHttp = new WeakMap<readonly RateLimitRule[], GuardSplit>();
+  /** The same on GraphQL and WebSocket, where a `countOn` rule waits for them too. */
+  private readonly splitOnOthers = new WeakMap<readonly RateLimitRule[], GuardSplit>();
   /** Every rule declared on a handler, by name, for the limiter's API outside HTTP. */
   private readonly rulesByName = new Map<string, RateLimitRule[]>();
   /** Rules counted per route, each with the name of its route's counter (`perRouteName`). */
@@ -62,17 +62,17 @@ export class RateLimitRuleRegistry {
   }
 
   /**
-   * Whether a handler's rules (as `rulesFor` gave them) are decided after the app's guards, by
-   * `RateLimitInterceptor`: when one of them reads the request through a function of the app's
-   * (`by`, `tier`, `skipIf`), which may read what an authentication guard sets, or has `settleCost`;
-   * outside HTTP, also when one has `countOn`. All of them then, so the request is still one store call.
+   * A handler's rules (as `rulesFor` gave them) split into those `RateLimitGuard` decides before the
+   * app's guards and those `RateLimitInterceptor` decides after them; none when every rule is
+   * decided before. A rule waits for the app's guards when it reads the request through a function
+   * of the app's (`by`, `tier`, `skipIf`), which may read what an authentication guard sets, or when
+   * its interceptor settles it (`settleCost`; outside HTTP, `countOn`), which a later guard's
+   * refusal never reaches. The others, counted by client address or for all, stay before the app's
+   * guards whatever their neighbours need: a login's per-address rule counts the requests an auth
+   * guard refuses. Each part is still one store call.
    */
-  decidedAfterGuards(rules: readonly RateLimitRule[], context: ExecutionContext): boolean {
-    if (this.afterGuards.has(rules)) return true;
-    // A GraphQL operation's or a WebSocket message's `countOn` units are settled by the interceptor,
-    // which never runs when a later guard refuses (HTTP settles by the response, which always ends):
-    // decided there, a refused call holds nothing in flight.
-    return this.countingOnOutcome.has(rules) && context.getType() !== 'http';
+  splitAroundGuards(rules: readonly RateLimitRule[], context: ExecutionContext): GuardSplit | undefined {
+    return (context.getType() === 'http' ? this.splitOnHttp : this.splitOnOthers).get(rules);
   }
 
   /**
@@ -210,11 +210,12 @@ export class RateLimitRuleRegistry {
   private applied(rules: RateLimitRule[]): readonly RateLimitRule[] {
     if (rules.length === 0) return NO_RULES;
     const frozen = Object.freeze(rules);
-    // A `settleCost` rule too: its interceptor settles it, which a later guard's refusal never
-    // reaches; decided there, a refused request holds no reservation and no claim in flight.
-    if (rules.some((rule) => readsRequestAfterGuards(rule) || rule.settleCost !== undefined))
-      this.afterGuards.add(frozen);
-    else if (rules.some((rule) => rule.countOn !== 'all')) this.countingOnOutcome.add(frozen);
+    const onHttp = splitAroundGuards(frozen, waitsForGuardsOnHttp);
+    if (onHttp) this.splitOnHttp.set(frozen, onHttp);
+    // A GraphQL operation's or a WebSocket message's `countOn` units are settled by the interceptor
+    // (HTTP settles by the response, which always ends).
+    const onOthers = splitAroundGuards(frozen, (rule) => waitsForGuardsOnHttp(rule) || rule.countOn !== 'all');
+    if (onOthers) this.splitOnOthers.set(frozen, onOthers);
     return frozen;
   }
 
@@ -238,6 +239,29 @@ export class RateLimitRuleRegistry {
     }
     return rules;
   }
+}
+
+/** A handler's rules on either side of the app's guards: each part decided in one store call. */
+export interface GuardSplit {
+  /** Decided by `RateLimitGuard`, before the app's guards; may be empty. */
+  readonly beforeGuards: readonly RateLimitRule[];
+  /** Decided by `RateLimitInterceptor`, after them; never empty. */
+  readonly afterGuards: readonly RateLimitRule[];
+}
+
+/** On HTTP: a rule that reads the request through the app's functions, or whose cost is settled after the handler. */
+function waitsForGuardsOnHttp(rule: RateLimitRule): boolean {
+  return readsRequestAfterGuards(rule) || rule.settleCost !== undefined;
+}
+
+function splitAroundGuards(
+  rules: readonly RateLimitRule[],
+  waitsForGuards: (rule: RateLimitRule) => boolean,
+): GuardSplit | undefined {
+  const afterGuards = rules.filter(waitsForGuards);
+  if (afterGuards.length === 0) return undefined;
+  const beforeGuards = rules.filter((rule) => !waitsForGuards(rule));
+  return { beforeGuards: Object.freeze(beforeGuards), afterGuards: Object.freeze(afterGuards) };
 }
 
 /** Whether two rules of one name count alike: the same thresholds, algorithm and penalty. */
