@@ -2,6 +2,7 @@ import { Controller, Get, type INestApplication } from '@nestjs/common';
 import { describe, expect, it } from 'vitest';
 import { RateLimit, RateLimitConfigurationError, RateLimitModule, SkipRateLimit } from 'nest-rate-limit';
 import { ruleKeyId } from 'nest-rate-limit/store';
+import request from 'supertest';
 import { createTestApp } from '../support/test-app.js';
 
 /** A controller whose one handler carries `@RateLimit(options)`, built per case. */
@@ -163,7 +164,25 @@ describe('bad rule options fail at bootstrap, naming Controller.method and the f
       c() {}
     }
     const app = await createTestApp({ controllers: [GoodController] });
-    await app.close();
+    try {
+      const get = (path: string) => request(app.getHttpServer()).get(path);
+      // RateLimit-Reset: the seconds left of the window, at most its length (a busy machine may take some).
+      const reset = (response: { headers: Record<string, string> }) => Number(response.headers['ratelimit-reset']);
+      const a = await get('/good/a').expect(200);
+      expect(a.headers['ratelimit-limit']).toBe('5');
+      expect(reset(a)).toBeLessThanOrEqual(1);
+      const b = await get('/good/b').expect(200);
+      expect(b.headers['ratelimit-limit']).toBe('1');
+      expect(reset(b)).toBeGreaterThan(60);
+      expect(reset(b)).toBeLessThanOrEqual(90);
+      await get('/good/b').expect(429);
+      const c = await get('/good/c').expect(200);
+      expect(c.headers['ratelimit-limit']).toBe('10');
+      expect(reset(c)).toBeGreaterThan(86_400 - 60);
+      expect(reset(c)).toBeLessThanOrEqual(86_400);
+    } finally {
+      await app.close();
+    }
   });
 });
 

@@ -9,7 +9,9 @@ import {
   startRedisServer,
 } from '../support/redis-server.js';
 import { failOver, untilCountedOn } from '../support/sentinel-failover.js';
+import { until } from '../support/poll.js';
 import { createStore, hit } from '../support/store-module.js';
+import { startAlertProxy } from '../support/tls-alert-proxy.js';
 import { type TlsFiles, createTlsFiles } from '../support/tls-certs.js';
 import { uniquePrefix } from '../support/test-app.js';
 
@@ -63,6 +65,47 @@ describe('TLS', () => {
         expect(outcome).toMatchObject({ allowed: false, storeError: 'deny' });
       } finally {
         await close();
+      }
+    });
+  });
+
+  describe('a server that sends an alert with its handshake', () => {
+    let server: RedisServer;
+    const uncaught: unknown[] = [];
+    const onUncaught = (error: unknown) => uncaught.push(error);
+
+    beforeAll(async () => {
+      server = await startRedisServer([], undefined, tls);
+      process.on('uncaughtException', onUncaught);
+    });
+
+    afterAll(async () => {
+      process.off('uncaughtException', onUncaught);
+      await server?.stop();
+    });
+
+    // The certificate refused is the socket's first error, the alert read with it a second one,
+    // which ioredis (listening once) does not hear: it was an uncaught exception that ended the app.
+    it('logs the error after a refused certificate, and the process lives on', async () => {
+      const proxy = await startAlertProxy(server.port);
+      const logs = new LogCapture();
+      const { limiter, close } = await createStore(
+        { redis: { host: '127.0.0.1', port: proxy.port, tls: {} }, storeErrors: { policy: 'deny' } },
+        logs,
+      );
+      try {
+        await until(async () => proxy.alertsSent >= 3, {
+          timeoutMs: 15_000,
+          intervalMs: 20,
+          what: 'three connections meeting the alert',
+        });
+        expect(uncaught).toEqual([]);
+        expect(logs.at('error', /^Redis connection error: Error: .*alert/)).not.toHaveLength(0);
+        const outcome = await limiter.consume([{ name: 'tls', count: 3, window: '10m' }], 'someone');
+        expect(outcome).toMatchObject({ allowed: false, storeError: 'deny' });
+      } finally {
+        await close();
+        await proxy.close();
       }
     });
   });

@@ -61,8 +61,8 @@ const resolvedOptionsProvider: Provider = {
  */
 const redisConnectionProvider: Provider = {
   provide: REDIS_CONNECTION,
-  inject: [RATE_LIMIT_OPTIONS],
-  useFactory: ({ redis }: RateLimitModuleOptions) => redisConnection(redis),
+  inject: [RATE_LIMIT_OPTIONS, StoreProblemLog],
+  useFactory: ({ redis }: RateLimitModuleOptions, problems: StoreProblemLog) => redisConnection(redis, problems),
 };
 
 /** The app's `ConfigService`, when `@nestjs/config` is installed and this module sees one. */

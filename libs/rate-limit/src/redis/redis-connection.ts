@@ -1,6 +1,9 @@
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import type { RateLimitRedisOptions } from '../module/options.js';
 import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
+import { describeError } from '../logging/describe-error.js';
+import type { StoreProblemLog } from '../logging/store-problem-log.js';
+import { type IoredisConnectors, guardedConnector } from './guarded-connector.js';
 
 /** @internal The token of the library's Redis client, made from the `redis` option (null without one). */
 export const REDIS_CONNECTION = Symbol('RATE_LIMIT_REDIS_CONNECTION');
@@ -42,14 +45,22 @@ const OWN_CLIENT_DEFAULTS: RedisOptions = {
  * @internal
  * The client for the `redis` option: the app's own (`{ client }`), or one made here, not yet
  * connected (`RedisService` connects it when the app starts). ioredis is loaded only here, and only
- * when the library makes a client: an app on the embedded store runs without it installed.
+ * when the library makes a client: an app on the embedded store runs without it installed. Every
+ * socket of the client, its duplicates and its Cluster nodes keeps an error listener
+ * (`guardedConnector`): an error ioredis no longer listens for goes to the store's problem log, by
+ * its code, not to the process as an uncaught exception.
  */
-export async function redisConnection(given: RateLimitRedisOptions | undefined): Promise<RedisConnection | null> {
+export async function redisConnection(
+  given: RateLimitRedisOptions | undefined,
+  problems?: Pick<StoreProblemLog, 'report'>,
+): Promise<RedisConnection | null> {
   if (given === undefined) return null;
   if (typeof given === 'object' && 'client' in given) return { client: given.client, owned: false };
   let ioredis: Pick<typeof import('ioredis'), 'Cluster' | 'Redis'>;
+  let connectors: IoredisConnectors;
   try {
     ioredis = await import('ioredis');
+    connectors = await import('ioredis/built/connectors/index.js');
   } catch (error) {
     // Not installed; anything else (a broken install, say) is told as it is.
     if ((error as { code?: unknown }).code !== 'ERR_MODULE_NOT_FOUND') throw error;
@@ -58,9 +69,14 @@ export async function redisConnection(given: RateLimitRedisOptions | undefined):
     );
   }
   const { Cluster, Redis } = ioredis;
-  if (typeof given === 'string') return { client: new Redis(given, OWN_CLIENT_DEFAULTS), owned: true };
+  const onSocketError = (error: Error) => {
+    const code = (error as { code?: unknown }).code ?? error.name;
+    problems?.report(`socket:${String(code)}`, `Redis connection error: ${describeError(error)}`);
+  };
+  const defaults: RedisOptions = { ...OWN_CLIENT_DEFAULTS, Connector: guardedConnector(connectors, onSocketError) };
+  if (typeof given === 'string') return { client: new Redis(given, defaults), owned: true };
   if ('cluster' in given) {
-    const { lazyConnect, enableOfflineQueue, retryStrategy, ...perNode } = OWN_CLIENT_DEFAULTS;
+    const { lazyConnect, enableOfflineQueue, retryStrategy, ...perNode } = defaults;
     const client = new Cluster(given.cluster, {
       lazyConnect,
       enableOfflineQueue,
@@ -71,6 +87,6 @@ export async function redisConnection(given: RateLimitRedisOptions | undefined):
     return { client, owned: true };
   }
   const { url, ...redisOptions } = given;
-  const merged = { ...OWN_CLIENT_DEFAULTS, ...redisOptions };
+  const merged = { ...defaults, ...redisOptions };
   return { client: url === undefined ? new Redis(merged) : new Redis(url, merged), owned: true };
 }
