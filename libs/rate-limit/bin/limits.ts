@@ -10,6 +10,7 @@
  *   nest-rate-limit-limits reset OrdersController.list 203.0.113.7
  *   nest-rate-limit-limits changes 20                                         # the latest changes, by whom
  *   nest-rate-limit-limits ban '*' 203.0.113.7 for=1h                         # every rule, every instance
+ *   nest-rate-limit-limits ban '*' 203.0.113.0/24 for=1h                      # every address in the network
  *   nest-rate-limit-limits set-override demo.config acme count=20000 until=2026-12-31T23:59Z
  *
  * An address given to ban or set-override for a rule counted by address is taken as the apps count
