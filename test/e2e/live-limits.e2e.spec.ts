@@ -188,7 +188,7 @@ describe('limits changed live across three instances (processes)', () => {
     expect(new Set(changes.map(({ by }) => by)).size).toBe(1);
   });
 
-  it('takes an address from the CLI as the apps count it, by the rules they catalogue; for= needs a unit', async () => {
+  it('takes an address or a network from the CLI as the apps count it, by the rules they catalogue; for= needs a unit', async () => {
     const banned = async (demo: DemoProcess) => (await fetch(`${demo.url}/ip`)).status === 403;
     const ban = await limits('ban', 'LimitsController.byIp', '::ffff:127.0.0.1', 'for=1h');
     expect(ban.code).toBe(0);
@@ -208,7 +208,25 @@ describe('limits changed live across three instances (processes)', () => {
 
     const bare = await limits('ban', '*', '192.0.2.1', 'for=60');
     expect(bare.code).toBe(2);
-    expect(bare.stderr).toMatch(/'until' has no unit: give a duration with one \('60s', '60m'\)/);
+    expect(bare.stderr).toMatch(/^ban: for=60 has no unit; give one: for=60s, for=60m, for=1h, for=7d/);
+
+    // A network holds for every address in it; an address no client is written as is refused.
+    expect(JSON.parse((await limits('ban', 'LimitsController.byIp', '127.0.0.0/8', 'for=1h')).stdout)).toMatchObject({
+      identity: '127.0.0.0/8',
+    });
+    await until(async () => (await Promise.all(demos.map(banned))).every(Boolean), {
+      timeoutMs: PROPAGATION_BOUND_MS,
+      intervalMs: 10,
+      what: 'the network ban on every instance',
+    });
+    expect(JSON.parse((await limits('unban', 'LimitsController.byIp', '127.0.0.0/8')).stdout)).toEqual({
+      unbanned: true,
+    });
+    const hex = await limits('ban', 'LimitsController.byIp', '0x7f000001', 'for=1h');
+    expect(hex.code).toBe(2);
+    expect(hex.stderr).toContain(
+      'give an IPv4 address in four decimal parts without leading zeros (203.0.113.7), an IPv6 address (2001:db8::7), or a network of either (203.0.113.0/24, 2001:db8::/48)',
+    );
     expect(JSON.parse((await limits('bans')).stdout)).toEqual([]);
   });
 

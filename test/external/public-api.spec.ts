@@ -87,6 +87,7 @@ const ENTRIES: Record<string, { declarations: string; names: string[] }> = {
       'RateLimitOverride',
       'RateLimitPermissionError',
       'RateLimitRuleLimits',
+      'RateLimitStoreUnavailableError',
       'RedisConfigCentre',
     ],
   },

@@ -16,6 +16,7 @@ import {
   Post,
   Put,
   Req,
+  ServiceUnavailableException,
   UnauthorizedException,
   UseGuards,
 } from '@nestjs/common';
@@ -25,8 +26,14 @@ import {
   RateLimitException,
   type RateLimitOptions,
   RateLimiterService,
+  SkipRateLimit,
 } from 'nest-rate-limit';
-import { RateLimitManagementService, type RateLimitOverride, RateLimitPermissionError } from 'nest-rate-limit/live';
+import {
+  RateLimitManagementService,
+  type RateLimitOverride,
+  RateLimitPermissionError,
+  RateLimitStoreUnavailableError,
+} from 'nest-rate-limit/live';
 
 /**
  * Failed authentications: 10 a minute per client address, then that address's wrong tokens get a
@@ -121,6 +128,12 @@ function endOf(body: { until?: unknown; for?: unknown } | undefined): string {
       'Body: { "until": "<ISO 8601 time>" } or { "for": "<duration, such as 1h>" }, one of them',
     );
   }
+  // A bare number is no duration; the field is named as the caller wrote it.
+  if (body?.for !== undefined && /^\s*\d+(\.\d+)?\s*$/.test(end)) {
+    throw new BadRequestException(
+      `Body: 'for' has no unit; give one, such as { "for": "${end.trim()}s" } or { "for": "1h" }`,
+    );
+  }
   return end;
 }
 
@@ -132,7 +145,8 @@ function sameSecret(given: string, expected: string): boolean {
 
 /**
  * A refused write is the caller's mistake: 400 with the message naming the field. One Redis
- * refuses for lack of permission (its ACL) is 403, with the message naming what it refused.
+ * refuses for lack of permission (its ACL) is 403, with the message naming what it refused; one
+ * Redis cannot take (full, or not answering) is 503, with the message saying why.
  */
 async function refusedAs400<T>(operation: () => Promise<T>): Promise<T> {
   try {
@@ -140,6 +154,7 @@ async function refusedAs400<T>(operation: () => Promise<T>): Promise<T> {
   } catch (error) {
     if (error instanceof RateLimitConfigurationError) throw new BadRequestException(error.problems);
     if (error instanceof RateLimitPermissionError) throw new ForbiddenException(error.message);
+    if (error instanceof RateLimitStoreUnavailableError) throw new ServiceUnavailableException(error.message);
     throw error;
   }
 }
@@ -149,8 +164,12 @@ async function refusedAs400<T>(operation: () => Promise<T>): Promise<T> {
  * with Redis, a change reaches every instance at once (`RedisConfigCentre`). Every change is logged
  * with the caller's token name (`GET /admin/changes`). Every endpoint needs an admin token
  * (`AdminTokenGuard`).
+ *
+ * `@SkipRateLimit()`: no rule limits the operator's routes, the default one included, so neither
+ * counts nor bans reach them: an operator whose address a `'*'` ban caught can still lift it here.
  */
 @Controller('admin')
+@SkipRateLimit()
 @UseGuards(AdminTokenGuard)
 export class AdminController {
   constructor(private readonly limits: RateLimitManagementService) {}

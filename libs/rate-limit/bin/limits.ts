@@ -10,6 +10,7 @@
  *   nest-rate-limit-limits reset OrdersController.list 203.0.113.7
  *   nest-rate-limit-limits changes 20                                         # the latest changes, by whom
  *   nest-rate-limit-limits ban '*' 203.0.113.7 for=1h                         # every rule, every instance
+ *   nest-rate-limit-limits ban '*' 203.0.113.0/24 for=1h                      # every address in the network
  *   nest-rate-limit-limits set-override demo.config acme count=20000 until=2026-12-31T23:59Z
  *
  * An address given to ban or set-override for a rule counted by address is taken as the apps count
@@ -68,11 +69,16 @@ function fieldsOf(command: string, pairs: readonly string[]): Map<string, unknow
     const at = pair.indexOf('=');
     if (at <= 0) throw new UsageError(`${command}: '${pair}' is not field=value`);
     const [field, value] = [pair.slice(0, at), pair.slice(at + 1)];
-    // A bare number is milliseconds to the API, which an operator typing window=60 rarely means.
-    // (for= and until= are read by the API, which refuses a bare number for them itself.)
+    // A bare number is milliseconds to the API, which an operator typing window=60 rarely means;
+    // for= is a duration the API would refuse without its unit, under the name of its own field.
     if (field === 'window' && /^\s*\d+(\.\d+)?\s*$/.test(value)) {
       throw new UsageError(
         `${command}: ${field}=${value} has no unit (a bare number would be ${value.trim()} ms); give one: ${field}=${value.trim()}s, ${field}=500ms, ${field}=1m`,
+      );
+    }
+    if (field === 'for' && /^\s*\d+(\.\d+)?\s*$/.test(value)) {
+      throw new UsageError(
+        `${command}: for=${value} has no unit; give one: for=${value.trim()}s, for=${value.trim()}m, for=1h, for=7d`,
       );
     }
     if (field.startsWith('allow.')) {

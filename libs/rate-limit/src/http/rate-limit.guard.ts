@@ -175,9 +175,10 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     if (outcome.banned && transport === 'graphql') {
       this.setRetryAfter(context, rejected);
       const retryAfter = retryAfterSeconds(rejected);
-      throw withoutStack(
-        () => new RateLimitGraphQLError(retryAfter, rejected.rule.name, banMessage(rejected.rule.name, retryAfter)),
-      );
+      throw withoutStack(() => {
+        const rule = outcome.bannedUnder ?? rejected.rule.name;
+        return new RateLimitGraphQLError(retryAfter, rule, banMessage(rule, retryAfter));
+      });
     }
     if (transport === 'ws') {
       return loadWsRejection().then((reject) => {
@@ -198,7 +199,8 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     if (outcome.banned) {
       const retryAfter = retryAfterSeconds(reported!);
       this.adapterHost.httpAdapter.setHeader(response, 'Retry-After', String(retryAfter));
-      throw withoutStack(() => new RateLimitBannedException(retryAfter, reported!.rule.name, this.options.bans.status));
+      const rule = outcome.bannedUnder ?? reported!.rule.name;
+      throw withoutStack(() => new RateLimitBannedException(retryAfter, rule, this.options.bans.status));
     }
     // None is reported when the fallback admitted on every rule (Redis out), and a refusal the
     // fallback decided has no figures worth sending: only when to retry.

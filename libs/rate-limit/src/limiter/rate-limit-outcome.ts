@@ -57,6 +57,8 @@ export interface RateLimitOutcome {
   storeError?: RateLimitStoreErrorPolicy;
   /** Set when a ban refused the request (`RateLimitManagementService.ban`); `reported.resetMs` says until when. */
   banned?: true;
+  /** With `banned`: the rule the ban is on, `'*'` for every rule (the request's own rules then say nothing of it). */
+  bannedUnder?: string;
 }
 
 /** Units a rule with `settleCost` reserved for a request (its `cost`), until its real cost is known. */
@@ -239,8 +241,9 @@ export class RateLimitBannedException extends HttpException {
   }
 }
 
-/** What a refusal by a ban says. */
+/** What a refusal by a ban says: of a ban on every rule (`'*'`), no rule's name. */
 export function banMessage(rule: string, retryAfterSeconds: number): string {
+  if (rule === '*') return `Refused: banned; retry in ${retryAfterSeconds} s`;
   return `Refused: banned (rate limit '${rule}'); retry in ${retryAfterSeconds} s`;
 }
 

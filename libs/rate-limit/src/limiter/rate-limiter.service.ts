@@ -498,6 +498,8 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     }
     if (!by && !byAddress) return undefined;
     const rule = by?.rule ?? inForce!;
+    // A '*' ban, when it is the one that ends last: the message names no rule.
+    const bannedUnder = byAddress || controls.banUntil(EVERY_RULE, identity, now) === until ? EVERY_RULE : rule.name;
     const thresholds = by?.thresholds ?? this.hits.thresholdsOf(rule);
     const decision: RuleDecision = {
       allowed: false,
@@ -513,10 +515,12 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     };
     this.rejections?.record(
       `ban:${rule.name}:${identity}`,
-      () => `Refused a banned identity ${identity} (rule ${rule.name})`,
+      () =>
+        `Refused a banned identity ${identity} (${bannedUnder === EVERY_RULE ? 'every rule' : `rule ${rule.name}`})`,
     );
     const outcome = rateLimitOutcome([decision], false, []);
     outcome.banned = true;
+    outcome.bannedUnder = bannedUnder;
     this.metrics?.decided(outcome);
     return outcome;
   }

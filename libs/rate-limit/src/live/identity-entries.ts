@@ -3,6 +3,8 @@ import type { RedisService } from '../redis/redis.service.js';
 import { RedisScript } from '../redis/script-runner.js';
 import { liveConfigKeys } from '../store/key-layout.js';
 import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
+import { BannedNetworks } from './banned-networks.js';
+import { EndingEntries, type FreshEntry } from './ending-entries.js';
 
 /** A ban: an identity refused by a rule (or every rule, `'*'`) until a time. */
 export interface RateLimitBan {
@@ -28,7 +30,12 @@ export interface RateLimitIdentityOverride {
 export const MAX_IDENTITY_ENTRIES = 10_000;
 
 type Kind = 'bans' | 'overrides';
-/** The message announcing a change of each kind on the live limits' channel; no config key starts with `~`. */
+/**
+ * What starts the message announcing a change of each kind on the live limits' channel (no config
+ * key starts with `~`): then a space and the entry changed, as stored (`[scope, identity, values?]`),
+ * with when it ends (none: removed). Alone, it asks for the whole set to be read (as versions before
+ * 0.3 announce every change).
+ */
 const NEWS: Record<Kind, string> = { bans: '~bans', overrides: '~overrides' };
 
 /**
@@ -38,12 +45,18 @@ const NEWS: Record<Kind, string> = { bans: '~bans', overrides: '~overrides' };
  * ends). Every entry ends: one past its time is neither held nor read (held ones are dropped as
  * soon as a lookup or a write comes after the first of them ends, so they take no room), writes
  * drop those that ended, and each set expires with its last entry, so no key outlives what it
- * holds. A write is announced on the live limits' channel, and every instance reads the set
- * again: in milliseconds, or at its next periodic read (`liveConfig.refreshMs`) when the news was
- * missed.
+ * holds. A write is announced on the live limits' channel with the entry it changed, which every
+ * instance applies to what it holds: in milliseconds, without reading the set (25 to 60 ms at
+ * 10,000 entries); what news missed or mixed up, the next periodic read of the whole set
+ * (`liveConfig.refreshMs`) mends.
+ *
+ * A ban of a network (`203.0.113.0/24`, `2001:db8::/48`) holds for every address in it: such bans
+ * are indexed by prefix length as well (`BannedNetworks`), so a request is matched against them
+ * with one map lookup per prefix length held, however many there are.
  */
 export class IdentityEntries implements IdentityControls {
-  private readonly bans = new EndingEntries<undefined>();
+  private readonly networks = new BannedNetworks();
+  private readonly bans = new EndingEntries<undefined>(this.networks);
   private readonly overrides = new EndingEntries<RateLimitOverride>();
   private readonly keys: Record<Kind, string> | undefined;
   private readonly channel: string;
@@ -74,8 +87,21 @@ export class IdentityEntries implements IdentityControls {
     const until = Math.max(
       this.bans.get(rule, identity, now)?.until ?? 0,
       rule === EVERY_RULE ? 0 : (this.bans.get(EVERY_RULE, identity, now)?.until ?? 0),
+      // Ended ones were dropped, from the networks too, by the lookups above.
+      this.networkBanUntil(rule, identity),
+      rule === EVERY_RULE ? 0 : this.networkBanUntil(EVERY_RULE, identity),
     );
     return until > now ? until : undefined;
+  }
+
+  /** When the last-ending ban of a network holding the identity ends under the scope; 0: none. */
+  private networkBanUntil(scope: string, identity: string): number {
+    if (!this.networks.holdsAny(scope)) return 0;
+    let until = 0;
+    this.networks.forEachHolding(scope, identity, (network) => {
+      until = Math.max(until, this.bans.peek(scope, network)?.until ?? 0);
+    });
+    return until;
   }
 
   overrideOf(configKey: string, identity: string, now: number): RateLimitOverride | undefined {
@@ -84,7 +110,22 @@ export class IdentityEntries implements IdentityControls {
 
   /** Whether news of this kind names these entries: the live limits' channel carries both. */
   isNews(message: string): boolean {
-    return message === NEWS.bans || message === NEWS.overrides;
+    return kindOf(message) !== undefined;
+  }
+
+  /**
+   * Applies news of a change: the entry it carries, as the write left it in Redis; news without
+   * one (from an earlier version), or that cannot be read, has the kind read again.
+   */
+  async hear(message: string): Promise<void> {
+    const kind = kindOf(message);
+    if (!kind) return;
+    const change = message.length > NEWS[kind].length ? parseChange(message.slice(NEWS[kind].length + 1)) : undefined;
+    if (!change) return this.redis ? this.reloadKind(kind) : undefined;
+    const [[scope, identity, values], until] = change;
+    if (until === undefined || until <= this.clock()) this.entriesOf(kind).delete(scope, identity);
+    else if (kind === 'bans') this.bans.set(scope, identity, undefined, until);
+    else this.overrides.set(scope, identity, this.sameOrFrozen(scope, identity, values), until);
   }
 
   /** Reads both kinds from Redis again (nothing to read without it). */
@@ -150,7 +191,7 @@ export class IdentityEntries implements IdentityControls {
     const replaced = await this.replaceInRedis(kind, member, now, [until, JSON.stringify(member), ttl]);
     if (replaced < 0) throw tooMany(kind);
     holdHere();
-    await this.redis.publish(this.channel, NEWS[kind]);
+    await this.redis.publish(this.channel, `${NEWS[kind]} ${JSON.stringify([member, until])}`);
   }
 
   private async remove(kind: Kind, member: unknown[], heldHere: boolean): Promise<boolean> {
@@ -161,7 +202,7 @@ export class IdentityEntries implements IdentityControls {
     }
     const removed = await this.replaceInRedis(kind, member, this.clock(), []);
     this.entriesOf(kind).delete(scope, identity);
-    await this.redis.publish(this.channel, NEWS[kind]);
+    await this.redis.publish(this.channel, `${NEWS[kind]} ${JSON.stringify([[scope, identity]])}`);
     return removed > 0;
   }
 
@@ -199,118 +240,21 @@ export class IdentityEntries implements IdentityControls {
       if (!entry || !Number.isFinite(until)) continue; // written by hand: not an entry
       const [scope, identity, values] = entry;
       if (kind === 'bans') fresh.push({ scope, identity, value: undefined, until });
-      else {
-        // The same object while the values stand: the limiter checks a rule with them once per object.
-        const held = this.overrides.peek(scope, identity)?.value;
-        const same = held && JSON.stringify(held) === JSON.stringify(values);
-        const value = same ? held : Object.freeze({ ...(values as RateLimitOverride) });
-        fresh.push({ scope, identity, value, until });
-      }
+      else fresh.push({ scope, identity, value: this.sameOrFrozen(scope, identity, values), until });
     }
     if (kind === 'bans') this.bans.replaceAll(fresh as FreshEntry<undefined>[]);
     else this.overrides.replaceAll(fresh as FreshEntry<RateLimitOverride>[]);
   }
 
+  /** The same object while an override's values stand: the limiter checks a rule with them once per object. */
+  private sameOrFrozen(scope: string, identity: string, values: unknown): RateLimitOverride {
+    const held = this.overrides.peek(scope, identity)?.value;
+    const same = held && JSON.stringify(held) === JSON.stringify(values);
+    return same ? held : Object.freeze({ ...(values as RateLimitOverride) });
+  }
+
   private entriesOf(kind: Kind): EndingEntries<unknown> {
     return kind === 'bans' ? this.bans : this.overrides;
-  }
-}
-
-/** An entry held: its value (an override's; none for a ban), and when it ends, in ms. */
-interface Ending<V> {
-  value: V;
-  until: number;
-}
-
-interface FreshEntry<V> extends Ending<V> {
-  scope: string;
-  identity: string;
-}
-
-/**
- * Entries of one kind in memory, per rule or config key (`scope`) and identity, each ending at its
- * time. Those that ended are dropped, all at once, by the first lookup, count or listing at or past
- * the earliest end held: a lookup costs a comparison more, and the room an entry took is free again
- * once it ends, whether or not its identity comes back.
- */
-class EndingEntries<V> {
-  private byScope = new Map<string, Map<string, Ending<V>>>();
-  private held = 0;
-  /** When the first entry held ends: until then, none needs dropping. */
-  private firstEnd = Number.POSITIVE_INFINITY;
-
-  /** Whether any entry is in force; reads the clock only while some are held. */
-  anyHeld(clock: () => number): boolean {
-    if (this.held === 0) return false;
-    this.dropEnded(clock());
-    return this.held > 0;
-  }
-
-  /** The entry in force for an identity, or undefined. */
-  get(scope: string, identity: string, now: number): Ending<V> | undefined {
-    this.dropEnded(now);
-    return this.byScope.get(scope)?.get(identity);
-  }
-
-  /** The entry held, ended or not: to keep an override's values the same object across reads. */
-  peek(scope: string, identity: string): Ending<V> | undefined {
-    return this.byScope.get(scope)?.get(identity);
-  }
-
-  has(scope: string, identity: string): boolean {
-    return this.byScope.get(scope)?.has(identity) ?? false;
-  }
-
-  /** How many are in force. */
-  count(now: number): number {
-    this.dropEnded(now);
-    return this.held;
-  }
-
-  list(now: number): FreshEntry<V>[] {
-    this.dropEnded(now);
-    return [...this.byScope].flatMap(([scope, byIdentity]) =>
-      [...byIdentity].map(([identity, { value, until }]) => ({ scope, identity, value, until })),
-    );
-  }
-
-  set(scope: string, identity: string, value: V, until: number): void {
-    let byIdentity = this.byScope.get(scope);
-    if (!byIdentity) this.byScope.set(scope, (byIdentity = new Map()));
-    if (!byIdentity.has(identity)) this.held += 1;
-    byIdentity.set(identity, { value, until });
-    this.firstEnd = Math.min(this.firstEnd, until);
-  }
-
-  delete(scope: string, identity: string): void {
-    const byIdentity = this.byScope.get(scope);
-    if (!byIdentity?.delete(identity)) return;
-    this.held -= 1;
-    if (byIdentity.size === 0) this.byScope.delete(scope);
-  }
-
-  /** In place of every entry held: those read from the store. */
-  replaceAll(entries: readonly FreshEntry<V>[]): void {
-    this.byScope = new Map();
-    this.held = 0;
-    this.firstEnd = Number.POSITIVE_INFINITY;
-    for (const { scope, identity, value, until } of entries) this.set(scope, identity, value, until);
-  }
-
-  private dropEnded(now: number): void {
-    if (now < this.firstEnd) return;
-    let firstEnd = Number.POSITIVE_INFINITY;
-    for (const [scope, byIdentity] of this.byScope) {
-      for (const [identity, { until }] of byIdentity) {
-        if (until > now) firstEnd = Math.min(firstEnd, until);
-        else {
-          byIdentity.delete(identity);
-          this.held -= 1;
-        }
-      }
-      if (byIdentity.size === 0) this.byScope.delete(scope);
-    }
-    this.firstEnd = firstEnd;
   }
 }
 
@@ -355,6 +299,28 @@ function parseEntry(text: string): [string, string, unknown] | undefined {
     const entry: unknown = JSON.parse(text);
     if (!Array.isArray(entry) || typeof entry[0] !== 'string' || typeof entry[1] !== 'string') return undefined;
     return [entry[0], entry[1], entry[2]];
+  } catch {
+    return undefined;
+  }
+}
+
+function kindOf(message: string): Kind | undefined {
+  for (const kind of ['bans', 'overrides'] as const) {
+    const news = NEWS[kind];
+    if (message === news || (message.startsWith(news) && message[news.length] === ' ')) return kind;
+  }
+  return undefined;
+}
+
+/** A change as news carries it: the entry as stored, and when it ends (none: removed). */
+function parseChange(text: string): [[string, string, unknown], number | undefined] | undefined {
+  try {
+    const change: unknown = JSON.parse(text);
+    if (!Array.isArray(change)) return undefined;
+    const entry = parseEntry(JSON.stringify(change[0]));
+    const until: unknown = change[1];
+    if (!entry || (until !== undefined && (typeof until !== 'number' || !Number.isFinite(until)))) return undefined;
+    return [entry, until as number | undefined];
   } catch {
     return undefined;
   }

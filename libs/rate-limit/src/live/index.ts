@@ -13,5 +13,6 @@ export {
   type RateLimitLimitEntry,
   type RateLimitRuleLimits,
 } from './rate-limit-management.service.js';
+export { RateLimitStoreUnavailableError } from './store-unavailable-error.js';
 export type { RateLimitChange } from './change-log.js';
 export type { RateLimitBan, RateLimitIdentityOverride } from './identity-entries.js';

@@ -16,11 +16,11 @@ import { type CataloguedRule, RuleCatalogue } from './rule-catalogue.js';
 import { ChangeLog, type RateLimitChange } from './change-log.js';
 import type { RateLimitAlgorithmName } from '../algorithms/algorithm.js';
 import type { RateLimitMode } from '../rules/rate-limit-rule.js';
-import { isIP } from 'node:net';
 import { EVERY_RULE } from '../limiter/rate-limit-config-centre.js';
 import { type TimeOrDuration, parseEndTime } from '../rules/duration.js';
-import { clientAddressIdentity } from '../transports/limited-context.js';
+import { type CountingOfEntry, identityAsCounted } from './identity-as-counted.js';
 import type { RateLimitBan, RateLimitIdentityOverride } from './identity-entries.js';
+import { RateLimitStoreUnavailableError, whyUnavailable } from './store-unavailable-error.js';
 
 /** Who makes a change (`set`, `delete`, `reset`), for the change log: the CLI's user, an admin endpoint's caller. */
 export interface RateLimitChangeAuthor {
@@ -224,7 +224,7 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
   async ban(rule: string, identity: string, until: Date | string | number, author?: RateLimitChangeAuthor) {
     const entries = this.live('ban').identities;
     const ruleName = await this.ruleOrEvery(rule, 'ban');
-    const counted = this.identityAsCounted(await this.addressCountingOfBan(ruleName), identity, 'ban');
+    const counted = identityAsCounted(identity, 'ban', await this.countingOfBan(ruleName));
     const ends = this.endOf(until, 'ban');
     await this.permitted('ban', async () => {
       await this.record(author, {
@@ -242,7 +242,7 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
   async unban(rule: string, identity: string, author?: RateLimitChangeAuthor): Promise<boolean> {
     const entries = this.live('unban').identities;
     const ruleName = await this.ruleOrEvery(rule, 'unban');
-    const counted = this.identityAsCounted(await this.addressCountingOfBan(ruleName), identity, 'unban');
+    const counted = identityAsCounted(identity, 'unban', { ...(await this.countingOfBan(ruleName)), lenient: true });
     return this.permitted('unban', async () => {
       await this.record(author, { change: 'unban', rules: [ruleName], identity: counted });
       // A ban written with the address as given (by an earlier version) goes too.
@@ -276,7 +276,7 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
     const rules = await this.rulesReading(configKey, known);
     const subject = `RateLimitManagementService.setOverride`;
     throwProblems(subject, overrideKeyProblems(configKey, rules, known));
-    const counted = this.identityAsCounted(this.addressCountingOf(rules), identity, 'setOverride');
+    const counted = identityAsCounted(identity, 'setOverride', this.countingOfOverride(configKey, rules));
     const given = Object.fromEntries(Object.entries(values ?? {}).filter(([, value]) => value !== undefined));
     const others = Object.keys(given).filter((field) => field !== 'count' && field !== 'window');
     throwProblems(
@@ -309,7 +309,10 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
     const entries = this.live('deleteOverride').identities;
     // The rules reading the key now: none (a key renamed since) takes the identity as given.
     const rules = (await this.knownRules()).filter((rule) => rule.configKey === configKey);
-    const counted = this.identityAsCounted(this.addressCountingOf(rules), identity, 'deleteOverride');
+    const counted = identityAsCounted(identity, 'deleteOverride', {
+      ...this.countingOfOverride(configKey, rules),
+      lenient: true,
+    });
     return this.permitted('deleteOverride', async () => {
       await this.record(author, { change: 'delete-override', configKey, identity: counted });
       // An override written with the address as given (by an earlier version) goes too.
@@ -338,42 +341,40 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
   }
 
   /**
-   * The `ipv6PrefixBits` of the apps a ban under `rule` is matched in as an address: of the rule's
-   * app where it counts by address; for `'*'`, which every app matches against the client address,
-   * of every app whose rules are known (this process's own without any).
+   * How a ban under `rule` is matched: as an address in the rule's app where it counts by address;
+   * for `'*'`, which every app matches against the client address, in every app whose rules are
+   * known (this process's own without any).
    */
-  private async addressCountingOfBan(rule: string): Promise<number[]> {
+  private async countingOfBan(rule: string): Promise<CountingOfEntry> {
     const known = await this.knownRules();
-    if (rule !== EVERY_RULE) return this.addressCountingOf(known.filter((each) => each.name === rule));
-    return known.length === 0 ? [this.options.ipv6PrefixBits] : known.map((each) => this.prefixBitsOf(each));
+    if (rule !== EVERY_RULE) {
+      return { ...this.countingOf(known.filter((each) => each.name === rule)), subject: `rule "${rule}"` };
+    }
+    return {
+      prefixBits: known.length === 0 ? [this.options.ipv6PrefixBits] : known.map((each) => this.prefixBitsOf(each)),
+      addressesOnly: known.length > 0 && known.every((each) => each.by === 'ip'),
+      subject: 'every rule',
+      networks: true,
+    };
   }
 
-  /** The `ipv6PrefixBits` of the apps of those rules that count by client address. */
-  private addressCountingOf(rules: readonly KnownRule[]): number[] {
-    return rules.filter((rule) => rule.by === 'ip').map((rule) => this.prefixBitsOf(rule));
+  private countingOfOverride(configKey: string, rules: readonly KnownRule[]): CountingOfEntry {
+    return { ...this.countingOf(rules), subject: `every rule of config key '${configKey}'`, networks: false };
+  }
+
+  /** The `ipv6PrefixBits` of the apps of those rules that count by client address, and whether all do. */
+  private countingOf(rules: readonly KnownRule[]): Omit<CountingOfEntry, 'subject'> {
+    const byAddress = rules.filter((rule) => rule.by === 'ip');
+    return {
+      prefixBits: byAddress.map((rule) => this.prefixBitsOf(rule)),
+      addressesOnly: byAddress.length > 0 && byAddress.length === rules.length,
+      networks: true,
+    };
   }
 
   /** An own rule counts with this module's prefix; a catalogued one with its app's, where catalogued. */
   private prefixBitsOf(rule: KnownRule): number {
     return rule.ipv6PrefixBits ?? this.options.ipv6PrefixBits;
-  }
-
-  /**
-   * The identity as it is counted: an address, where rules count by client address (`prefixBits`,
-   * one per rule), as `clientAddressIdentity` keys it for requests, so the entry meets them; anything
-   * else as given. Throws when apps sharing the entries count the address differently (their
-   * `ipv6PrefixBits` differ): no one entry would reach them all.
-   */
-  private identityAsCounted(prefixBits: readonly number[], identity: string, method: string): string {
-    checkIdentityGiven(identity, method);
-    if (isIP(identity) === 0) return identity;
-    const forms = [...new Set(prefixBits.map((bits) => clientAddressIdentity(identity, bits)))];
-    if (forms.length > 1) {
-      throw new RateLimitConfigurationError(
-        `RateLimitManagementService.${method}: the apps this reaches count address ${identity} as ${forms.join(' and ')} (their ipv6PrefixBits differ); give a rule of one of them`,
-      );
-    }
-    return forms[0] ?? identity;
   }
 
   /** When an entry given `until` ends, in ms on the module's clock; throws unless in the next 365 days. */
@@ -412,9 +413,9 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
 
   /**
    * Runs a call, a refusal by Redis for lack of permission turned into a `RateLimitPermissionError`
-   * naming it, and saying what became of the change (`outcome`): refused past the change log, a
-   * change may be made in part (a value written but not announced, counters deleted but the news
-   * of it refused).
+   * naming it, and a Redis full or not answering into a `RateLimitStoreUnavailableError`, each
+   * saying what became of the change (`outcome`): refused past the change log, a change may be made
+   * in part (a value written but not announced, counters deleted but the news of it refused).
    */
   private async permitted<T>(
     method: string,
@@ -424,8 +425,14 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
     try {
       return await call();
     } catch (error) {
-      if (error instanceof RateLimitPermissionError) throw error;
+      if (error instanceof RateLimitPermissionError || error instanceof RateLimitStoreUnavailableError) throw error;
       const message = error instanceof Error ? error.message : String(error);
+      const unavailable = whyUnavailable(error);
+      if (unavailable) {
+        throw new RateLimitStoreUnavailableError(`RateLimitManagementService.${method}: ${unavailable};${outcome}`, {
+          cause: error,
+        });
+      }
       if (!PERMISSION_REFUSED.test(message)) throw error;
       throw new RateLimitPermissionError(
         `RateLimitManagementService.${method}: Redis refused it for lack of permission (${message});${outcome} ` +
@@ -567,12 +574,4 @@ function overrideKeyProblems(configKey: string, rules: readonly KnownRule[], kno
 
 function limitsOf({ count, windowMs, algorithm, mode }: Thresholds): RateLimitRuleLimits {
   return { count, windowMs, algorithm, mode };
-}
-
-function checkIdentityGiven(identity: unknown, method: string): void {
-  if (typeof identity !== 'string' || identity === '' || identity.length > 512) {
-    throw new RateLimitConfigurationError(
-      `RateLimitManagementService.${method}: 'identity' must be a non-empty string of at most 512 characters`,
-    );
-  }
 }

@@ -112,7 +112,7 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
     redis.whenReady(() => void this.readKnown().catch(() => undefined));
     redis.listen(this.hash.channel, {
       message: (configKey) => {
-        if (this.identities.isNews(configKey)) void this.identities.reload().catch(() => undefined);
+        if (this.identities.isNews(configKey)) void this.identities.hear(configKey).catch(() => undefined);
         else void this.readOne(configKey);
       },
       listening: (on) => {

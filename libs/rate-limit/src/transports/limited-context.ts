@@ -109,7 +109,8 @@ export function clientAddressIdentity(address: string, ipv6PrefixBits: number): 
   return `${compressIPv6(masked)}/${ipv6PrefixBits}`;
 }
 
-function expandIPv6(address: string): number[] {
+/** An IPv6 address's eight groups (an IPv4 tail as two, a zone index dropped), checked with `isIPv6` first. */
+export function expandIPv6(address: string): number[] {
   let text = address.split('%')[0]; // zone index
   const lastColon = text.lastIndexOf(':');
   const tail = text.slice(lastColon + 1);
