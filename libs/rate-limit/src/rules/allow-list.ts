@@ -176,7 +176,9 @@ function parseUserAgent(entry: unknown, field: string, problems: string[]): User
     return undefined;
   }
   if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) {
-    problems.push(`'${field}' must be { agent, from }, a user agent and the networks it comes from, got ${show(entry)}`);
+    problems.push(
+      `'${field}' must be { agent, from }, a user agent and the networks it comes from, got ${show(entry)}`,
+    );
     return undefined;
   }
   const given = entry as Record<string, unknown>;
