@@ -1,4 +1,5 @@
 import type { INestApplication } from '@nestjs/common';
+import type { NestExpressApplication } from '@nestjs/platform-express';
 import { Test } from '@nestjs/testing';
 import request from 'supertest';
 import { RateLimiterService } from 'nest-rate-limit';
@@ -31,10 +32,12 @@ describeStores('the demo app’s documented endpoints', (store) => {
     process.env = env;
   });
 
-  async function start(extraEnv: Record<string, string> = {}) {
+  async function start(extraEnv: Record<string, string> = {}, { trustProxy = false } = {}) {
     Object.assign(process.env, extraEnv);
     const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
-    app = moduleRef.createNestApplication({ logger: false });
+    app = moduleRef.createNestApplication<NestExpressApplication>({ logger: false });
+    // As the demo's TRUST_PROXY=1 does, so a test can send from other addresses.
+    if (trustProxy) (app as NestExpressApplication).set('trust proxy', 1);
     await app.init();
     return app;
   }
@@ -94,11 +97,17 @@ describeStores('the demo app’s documented endpoints', (store) => {
   });
 
   it('the default rule on every route (tuned live, here to 3 by its config key), not on /ping; probes not counted', async () => {
-    await start({ RATE_LIMIT_DEMO_DEFAULT_COUNT: '3' });
+    await start({ RATE_LIMIT_DEMO_DEFAULT_COUNT: '3' }, { trustProxy: true });
     // On /ip besides the route's own 5.
     expect(await statuses(app, '/ip', 4)).toEqual([200, 200, 200, 429]);
     expect(await statuses(app, '/ping', 4)).toEqual(repeat(200, 4));
-    expect(await statuses(app, '/ip', 2, { 'user-agent': 'kube-probe/1.31' })).toEqual([200, 200]);
+    const probe = { 'user-agent': 'kube-probe/1.31' };
+    expect(await statuses(app, '/ip', 2, probe)).toEqual([200, 200]);
+    expect(await statuses(app, '/ip', 2, { ...probe, 'x-forwarded-for': '10.2.3.4' })).toEqual([200, 200]);
+    // From elsewhere the header is anyone's to send: counted like any client.
+    expect(await statuses(app, '/ip', 4, { ...probe, 'x-forwarded-for': '198.51.100.9' })).toEqual([
+      200, 200, 200, 429,
+    ]);
   });
 
   it('GET /orders and /orders/:id: a class limit of 10 with a handler override of 4', async () => {

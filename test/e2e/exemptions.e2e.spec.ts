@@ -77,6 +77,18 @@ class ApiController {
     return 'keyed';
   }
 
+  /** A lockout whose own allow list lets probes through from the nodes' network only. */
+  @Get('login')
+  @RateLimit({
+    name: 'login',
+    count: 2,
+    window: '1m',
+    allow: { userAgents: [{ agent: 'kube-probe', from: ['192.168.0.0/16'] }] },
+  })
+  login() {
+    return 'login';
+  }
+
   /** Two rules; only the per-address one lets the office through. */
   @Get('office')
   @RateLimit({ name: 'office.address', count: 1, window: '1m', allow: { addresses: ['10.0.0.0/8'] } })
@@ -104,8 +116,16 @@ describeStoresAndPlatforms('skipIf and allow lists', (store, platform) => {
     return app;
   }
 
-  it('the module allow list: addresses (IPv4 and IPv6 networks) and user agents are not counted and get no headers', async () => {
-    await start({ allow: { addresses: ['203.0.113.0/24', '2001:db8::/32'], userAgents: ['kube-probe', /^Pingdom/] } });
+  it('the module allow list: addresses (IPv4 and IPv6 networks) and user agents from their networks are not counted and get no headers', async () => {
+    await start({
+      allow: {
+        addresses: ['203.0.113.0/24', '2001:db8::/32'],
+        userAgents: [
+          { agent: 'kube-probe', from: ['198.51.100.0/24'] },
+          { agent: /^Pingdom/, from: ['192.0.2.1', '198.51.100.4'] },
+        ],
+      },
+    });
     const clients: Record<string, string>[] = [
       { 'X-Forwarded-For': '203.0.113.9' },
       { 'X-Forwarded-For': '2001:db8:7::5' },
@@ -121,6 +141,27 @@ describeStoresAndPlatforms('skipIf and allow lists', (store, platform) => {
     // None of them was counted: the address the probes came from still has its 1.
     expect(await statuses(app!, '/plain', 2, { 'X-Forwarded-For': '198.51.100.4' })).toEqual([200, 429]);
     expect(await statuses(app!, '/plain', 2, { 'X-Forwarded-For': '2001:db9::1' })).toEqual([200, 429]);
+  });
+
+  it('a user agent is what the client says it is: sent from outside its networks, it is limited like anyone, by every rule', async () => {
+    await start({ allow: { userAgents: [{ agent: 'kube-probe', from: ['10.0.0.0/8'] }] } });
+    const probe = { 'User-Agent': 'kube-probe/1.31' };
+    // From the module list's network: no rule counts it.
+    for (const path of ['/plain', '/login']) {
+      expect(await statuses(app!, path, 4, { ...probe, 'X-Forwarded-For': '10.4.5.6' })).toEqual([200, 200, 200, 200]);
+    }
+    // From the login rule's own network: that rule does not count it; the module's list, of another network, does not exempt it.
+    const nodeProbe = { ...probe, 'X-Forwarded-For': '192.168.1.2' };
+    expect(await statuses(app!, '/login', 4, nodeProbe)).toEqual([200, 200, 200, 200]);
+    expect(await statuses(app!, '/plain', 2, nodeProbe)).toEqual([200, 429]);
+    // The same header from anywhere else: counted as any client is, the lockout included.
+    const outsider = { ...probe, 'X-Forwarded-For': '198.51.100.9' };
+    expect(await statuses(app!, '/plain', 3, outsider)).toEqual([200, 429, 429]);
+    const first = await request(app!.getHttpServer()).get('/login').set(outsider);
+    expect([first.status, first.headers['ratelimit-remaining']]).toEqual([200, '1']);
+    expect(await statuses(app!, '/login', 30, outsider)).toEqual([200, ...Array.from({ length: 29 }, () => 429)]);
+    // A client of that network without the header is counted too: the pair lets it through, not either alone.
+    expect(await statuses(app!, '/plain', 2, { 'X-Forwarded-For': '10.4.5.7' })).toEqual([200, 429]);
   });
 
   it("the module's skipIf, and a rule's, sync or async: skipped requests are not counted", async () => {
@@ -222,6 +263,11 @@ describeStores('allow lists changed live through the config centre', (store) => 
     await expect(management.set('partner', { allow: { addresses: ['10.0.0.0/33'] } })).rejects.toThrow(
       "'allow.addresses[0]' must be an IPv4 or IPv6 address or network",
     );
+    // A user agent alone is refused live as at bootstrap: any client can send it.
+    await expect(management.set('allow', { allow: { userAgents: ['kube-probe'] } })).rejects.toThrow(
+      "'allow.userAgents[0]' is a user agent alone, which any client can send",
+    );
+    await management.set('allow', { allow: { userAgents: [{ agent: 'kube-probe', from: ['10.0.0.0/8'] }] } });
     await expect(management.set('allow', { count: 5 })).rejects.toThrow(
       "config key 'allow' holds the module's allow list: 'count' is not a setting of it (only 'allow')",
     );
@@ -244,7 +290,7 @@ describeStores('bans outrank every exemption', (store) => {
         redis,
         keyPrefix: uniquePrefix(),
         configCentre: redis ? RedisConfigCentre : MemoryConfigCentre,
-        allow: { addresses: ['203.0.113.0/24'], userAgents: ['kube-probe'] },
+        allow: { addresses: ['203.0.113.0/24'], userAgents: [{ agent: 'kube-probe', from: ['198.51.100.0/24'] }] },
         skipIf: (context: ExecutionContext) => header(context, 'x-synthetic') === '1',
       },
     });
@@ -338,13 +384,45 @@ describe('allow lists checked at bootstrap', () => {
     @Controller()
     class BadController {
       @Get()
-      @RateLimit({ count: 1, window: '1m', allow: { userAgents: [42 as never] } })
+      @RateLimit({ count: 1, window: '1m', allow: { userAgents: [{ agent: 42 as never, from: ['10.0.0.0/8'] }] } })
       get() {
         return 'x';
       }
     }
     await expect(createTestApp({ controllers: [BadController] })).rejects.toThrow(
-      "@RateLimit on BadController.get: 'allow.userAgents[0]' must be a RegExp or a non-empty string, got 42",
+      "@RateLimit on BadController.get: 'allow.userAgents[0].agent' must be a RegExp or a non-empty string, got 42",
     );
+  });
+
+  it('refuses a user agent alone, which any client can send, naming the field and the form that holds', async () => {
+    expect(() => RateLimitModule.forRoot({ allow: { userAgents: ['kube-probe' as never] } })).toThrow(
+      "RateLimitModule options: 'allow.userAgents[0]' is a user agent alone, which any client can send; give the networks it comes from: { agent: 'kube-probe', from: ['10.0.0.0/8'] }",
+    );
+    expect(() => RateLimitModule.forRoot({ allow: { userAgents: [/^Pingdom/ as never] } })).toThrow(
+      "'allow.userAgents[0]' is a user agent alone, which any client can send; give the networks it comes from: { agent: /^Pingdom/, from: ['10.0.0.0/8'] }",
+    );
+    @Controller()
+    class BareAgentController {
+      @Get()
+      @RateLimit({ count: 1, window: '1m', allow: { userAgents: ['kube-probe' as never] } })
+      get() {
+        return 'x';
+      }
+    }
+    await expect(createTestApp({ controllers: [BareAgentController] })).rejects.toThrow(
+      "@RateLimit on BareAgentController.get: 'allow.userAgents[0]' is a user agent alone, which any client can send",
+    );
+    // Networks that hold every address are the bare user agent again; none at all is none.
+    for (const [from, problem] of [
+      [['0.0.0.0/0'], "'allow.userAgents[0].from[0]' is every address"],
+      [['10.0.0.0/8', '::/0'], "'allow.userAgents[0].from[1]' is every address"],
+      [[], "'allow.userAgents[0].from' must be the networks the user agent comes from, at least one"],
+      [undefined, "'allow.userAgents[0].from' must be the networks the user agent comes from, at least one"],
+      [['10.0.0.300'], "'allow.userAgents[0].from[0]' must be an IPv4 or IPv6 address or network"],
+    ] as const) {
+      expect(() =>
+        RateLimitModule.forRoot({ allow: { userAgents: [{ agent: 'kube-probe', from: from as never }] } }),
+      ).toThrow(`RateLimitModule options: ${problem}`);
+    }
   });
 });

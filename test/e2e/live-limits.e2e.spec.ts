@@ -133,6 +133,18 @@ describe('limits changed live across three instances (processes)', () => {
     });
   });
 
+  it('the CLI writes a user agent only with the networks it comes from', async () => {
+    const bare = await limits('set', 'demo.allow', 'allow.userAgents=kube-probe');
+    expect(bare.code).toBe(2);
+    expect(bare.stderr).toMatch(/'allow.userAgents\[0\]' is a user agent alone, which any client can send/);
+    const paired = await limits('set', 'demo.allow', 'allow.userAgents=kube-probe@10.0.0.0/8+fd00::/8');
+    expect(paired.code).toBe(0);
+    expect(JSON.parse(paired.stdout)).toMatchObject({
+      written: { allow: { userAgents: [{ agent: 'kube-probe', from: ['10.0.0.0/8', 'fd00::/8'] }] } },
+    });
+    expect((await limits('delete', 'demo.allow')).code).toBe(0);
+  });
+
   it('inspects and resets an identity from the CLI', async () => {
     expect((await limits('delete', 'demo.config')).code).toBe(0);
     await everyInstanceAt(10, 'the decorator count on every instance');

@@ -29,6 +29,7 @@ const ENTRIES: Record<string, { declarations: string; names: string[] }> = {
       'RateLimit',
       'RateLimitAlgorithmName',
       'RateLimitAllowList',
+      'RateLimitAllowedUserAgent',
       'RateLimitBannedException',
       'RateLimitBannedExceptionBody',
       'RateLimitBy',

@@ -72,6 +72,25 @@ describe('bad rule options fail at bootstrap, naming Controller.method and the f
     expect(error.message).toBe(`@RateLimit on BadController.handler: 'lease' ${problem}`);
   });
 
+  it.each([
+    [
+      ['kube-probe'],
+      "'allow.userAgents[0]' is a user agent alone, which any client can send; give the networks it comes from: { agent: 'kube-probe', from: ['10.0.0.0/8'] }",
+    ],
+    [
+      [{ agent: 'kube-probe' }],
+      "'allow.userAgents[0].from' must be the networks the user agent comes from, at least one",
+    ],
+    [[{ agent: 'kube-probe', from: ['::/0'] }], "'allow.userAgents[0].from[0]' is every address"],
+    [
+      [{ agent: 'kube-probe', from: ['10.0.0.0/8'], via: 'x' }],
+      "'allow.userAgents[0].via' is not a field of an allowed user agent",
+    ],
+  ])('rejects a user agent that any client could claim: %j', async (userAgents, problem) => {
+    const error = await bootstrapError(controllerWith({ count: 5, window: '1s', allow: { userAgents } }));
+    expect(error.message).toContain(`@RateLimit on BadController.handler: ${problem}`);
+  });
+
   const settled = () => 1;
   it.each([
     [{ settleCost: settled }, "'maxCost' is required with 'settleCost'"],

@@ -45,6 +45,12 @@ class TunedController {
   d() {
     return {};
   }
+
+  @Get('e')
+  @RateLimit({ count: 1, window: '1m', configKey: 'tuned.e' })
+  e() {
+    return {};
+  }
 }
 
 describe('thresholds from the config centre', () => {
@@ -71,6 +77,7 @@ describe('thresholds from the config centre', () => {
   afterEach(() => {
     delete process.env.RATE_LIMIT_TUNED_B_COUNT;
     delete process.env.RATE_LIMIT_TUNED_D_ALLOW;
+    delete process.env.RATE_LIMIT_TUNED_E_ALLOW;
   });
 
   it('takes a changed value on the next request, without a restart (ConfigService.set)', async () => {
@@ -91,13 +98,31 @@ describe('thresholds from the config centre', () => {
 
   it("takes an allow list as it changes: the key's object (ConfigService.set), else the env-style JSON", async () => {
     const probe = { 'User-Agent': 'kube-probe/1.31' };
+    // The test's clients come from this host.
+    const loopback = ['127.0.0.0/8', '::1'];
     expect(await statuses(app, '/tuned/d', 2, probe)).toEqual([200, 429]);
-    process.env.RATE_LIMIT_TUNED_D_ALLOW = JSON.stringify({ userAgents: ['kube-probe'] });
+    process.env.RATE_LIMIT_TUNED_D_ALLOW = JSON.stringify({ userAgents: [{ agent: 'kube-probe', from: loopback }] });
     expect(await statuses(app, '/tuned/d', 3, probe)).toEqual([200, 200, 200]);
     // The key's own object comes first.
-    config.set('limits.tuned.d.allow', { userAgents: ['Pingdom'] });
+    config.set('limits.tuned.d.allow', { userAgents: [{ agent: 'Pingdom', from: loopback }] });
     expect(await statuses(app, '/tuned/d', 1, probe)).toEqual([429]);
     expect(await statuses(app, '/tuned/d', 2, { 'User-Agent': 'Pingdom.com_bot' })).toEqual([200, 200]);
+  });
+
+  it('a live user agent holds only from its networks, and one alone is kept out with one warning', async () => {
+    const probe = { 'User-Agent': 'kube-probe/1.31' };
+    expect(await statuses(app, '/tuned/e', 2, probe)).toEqual([200, 429]);
+    // Its networks are not this host's: the header alone lets nothing through.
+    config.set('limits.tuned.e.allow', { userAgents: [{ agent: 'kube-probe', from: ['10.0.0.0/8'] }] });
+    expect(await statuses(app, '/tuned/e', 2, probe)).toEqual([429, 429]);
+    // A user agent alone (as `allow.userAgents=kube-probe` was written before): refused, the decorator's list stays.
+    process.env.RATE_LIMIT_TUNED_E_ALLOW = JSON.stringify({ userAgents: ['kube-probe'] });
+    config.set('limits.tuned.e.allow', undefined);
+    expect(await statuses(app, '/tuned/e', 30, probe)).toEqual(Array.from({ length: 30 }, () => 429));
+    const warnings = logs.at('warn', /tuned\.e/);
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toContain("'allow.userAgents[0]' is a user agent alone, which any client can send");
+    expect(warnings[0]).toContain("those fields are the decorator's on TunedController.e");
   });
 
   it('falls back to the decorator field by field on invalid values, warning once per key and values', async () => {

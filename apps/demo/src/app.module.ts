@@ -49,8 +49,13 @@ const nearLimitLog = new Logger('NearLimit');
           mode: config.get<RateLimitMode>('RATE_LIMIT_MODE') || undefined,
           // Served at GET /metrics, from prom-client's default registry.
           metrics: true,
-          // Probes are not counted; the list is replaced live under 'demo.allow'.
-          allow: { userAgents: ['kube-probe'], configKey: 'demo.allow' },
+          // Kubernetes probes are not counted: the kubelet's user agent, from the networks it probes
+          // from (here 10/8, and this host for a local try). A user agent alone is refused, since any
+          // client can send it. The list is replaced live under 'demo.allow'.
+          allow: {
+            userAgents: [{ agent: 'kube-probe', from: ['10.0.0.0/8', '127.0.0.1', '::1'] }],
+            configKey: 'demo.allow',
+          },
           // A real app would email the customer; the demo logs it.
           onNearLimit: ({ rule, identity, remaining }) =>
             nearLimitLog.log(`${identity} is near the limit of ${rule}: ${remaining} left`),

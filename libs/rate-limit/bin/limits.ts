@@ -42,7 +42,8 @@ const USAGE = `usage: nest-rate-limit-limits list
        nest-rate-limit-limits set-override <configKey> <identity> count=<n> window=<duration> for=<duration>|until=<time>
        nest-rate-limit-limits delete-override <configKey> <identity>
        nest-rate-limit-limits overrides
-  (set takes allow.addresses=10.0.0.0/8,2001:db8::/32 allow.identities=... allow.userAgents=...: one allow list)`;
+  (set takes allow.addresses=10.0.0.0/8,2001:db8::/32 allow.identities=...
+   allow.userAgents=kube-probe@10.0.0.0/8+fd00::/8,...: one allow list; a user agent only with the networks it comes from)`;
 
 class UsageError extends Error {}
 
@@ -61,7 +62,9 @@ type Command = (admin: RateLimitManagementService) => Promise<unknown>;
 
 /**
  * `field=value` arguments. `allow.addresses=a,b` (and `allow.identities`, `allow.userAgents`) make
- * up one `allow` list, replacing the key's; `allow=` unsets it.
+ * up one `allow` list, replacing the key's; `allow=` unsets it. A user agent is written with the
+ * networks it comes from, `kube-probe@10.0.0.0/8+fd00::/8`; one without is passed on as it is, for
+ * the API to refuse naming the entry.
  */
 function fieldsOf(command: string, pairs: readonly string[]): Map<string, unknown> {
   const values = new Map<string, unknown>();
@@ -82,12 +85,21 @@ function fieldsOf(command: string, pairs: readonly string[]): Map<string, unknow
       );
     }
     if (field.startsWith('allow.')) {
-      const allow = (values.get('allow') as Record<string, string[]> | undefined) ?? {};
-      allow[field.slice('allow.'.length)] = value.split(',').filter((entry) => entry !== '');
+      const allow = (values.get('allow') as Record<string, unknown[]> | undefined) ?? {};
+      const name = field.slice('allow.'.length);
+      const entries = value.split(',').filter((entry) => entry !== '');
+      allow[name] = name === 'userAgents' ? entries.map(userAgentFromNetworks) : entries;
       values.set('allow', allow);
     } else values.set(field, value);
   }
   return values;
+}
+
+/** `agent@network+network` as `{ agent, from }`; the last `@` ends the agent, which may hold one. */
+function userAgentFromNetworks(entry: string): string | { agent: string; from: string[] } {
+  const at = entry.lastIndexOf('@');
+  if (at <= 0) return entry;
+  return { agent: entry.slice(0, at), from: entry.slice(at + 1).split('+') };
 }
 
 /**

@@ -27,7 +27,7 @@ export type {
   RateLimitTier,
   RateLimitTierResolver,
 } from './rules/rate-limit-rule.js';
-export type { RateLimitAllowList } from './rules/allow-list.js';
+export type { RateLimitAllowList, RateLimitAllowedUserAgent } from './rules/allow-list.js';
 export type { RateLimitDefaultRule } from './rules/default-rules.js';
 export { RateLimitConfigurationError } from './rules/rate-limit-rule.js';
 export type { Duration } from './rules/duration.js';

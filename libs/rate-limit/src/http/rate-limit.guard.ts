@@ -25,6 +25,7 @@ import { SUPPORTED_HANDLERS } from '../rules/handler-kinds.js';
 import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 import { RateLimitGraphQLError, loadWsRejection } from '../transports/rate-limit-rejections.js';
 import { answerHalfClosedClients, invocationOf, transportOf } from '../transports/limited-context.js';
+import { UntrustedProxyCheck } from '../transports/untrusted-proxy-check.js';
 
 /**
  * The guard's decision per request, so a guard registered twice (globally and with `@UseGuards`)
@@ -85,6 +86,9 @@ export function guardDeferredTo(request: object): AfterGuardsDecider | undefined
  */
 @Injectable()
 export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
+  /** Says once when requests come through a proxy the app does not trust. */
+  private readonly untrustedProxy = new UntrustedProxyCheck();
+
   /** @internal Nest creates it; a subclass declares no constructor of its own. */
   constructor(
     private readonly registry: RateLimitRuleRegistry,
@@ -154,6 +158,7 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     const invocation = invocationOf(context) as Invocation;
     const earlier = invocation[part];
     if (earlier) return Promise.resolve(earlier.allowed);
+    if (transport !== 'ws') this.untrustedProxy.check(context);
     return this.limiter.check(rules, context).then((decided) => {
       invocation[part] = decided;
       const before = part === AFTER_GUARDS ? invocation[OUTCOME] : undefined;

@@ -70,7 +70,7 @@ export function skips(
 
 /**
  * The module-wide exemptions, the `allow` and `skipIf` options; made only when one is given. A
- * request from an allowed address or user agent, or one `skipIf` skips, is counted by no rule and
+ * request from an allowed address, or with an allowed user agent from its networks, or one `skipIf` skips, is counted by no rule and
  * gets no headers; an allowed identity is not counted by the rules that count it under that identity.
  */
 export class ModuleExemptions {
@@ -104,15 +104,10 @@ export class ModuleExemptions {
     return this.live.list;
   }
 
-  /** Whether no rule counts this request: its address or user agent allowed, or `skipIf` says so. */
+  /** Whether no rule counts this request: its address (or user agent from its networks) allowed, or `skipIf` says so. */
   skipsRequest(context: ExecutionContext): boolean | Promise<boolean> {
     const list = this.list();
-    if (
-      list?.readsRequest &&
-      (list.allowsAddress(clientOf(context).address) || list.allowsUserAgent(userAgentOf(context)))
-    ) {
-      return true;
-    }
+    if (list?.readsRequest && list.allowsClient(clientOf(context).address, userAgentOf(context))) return true;
     return this.skipIf ? skips(this.skipIf, context, 'the module', this.problems) : false;
   }
 }

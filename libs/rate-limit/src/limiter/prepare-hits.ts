@@ -61,7 +61,7 @@ export class HitPreparation {
   /**
    * `forRequest` for a rule that may let the request through or count it under a tier: null when it
    * does not count it (its `skipIf` skips it; its allow list, or the module's for identities, has
-   * the request's address, user agent or identity).
+   * the request's address, user agent from its networks, or identity).
    * @param known the rule as `forRequest` prepared it already, if it did (while bans are held).
    */
   async forRequestExempting(
@@ -84,12 +84,7 @@ export class HitPreparation {
       }
     }
     const { allow } = inForce;
-    if (
-      allow?.readsRequest &&
-      (allow.allowsAddress(clientOf(context).address) || allow.allowsUserAgent(userAgentOf(context)))
-    ) {
-      return null;
-    }
+    if (allow?.readsRequest && allow.allowsClient(clientOf(context).address, userAgentOf(context))) return null;
     const prepared = counted === rule && known ? known : await this.forRequest(counted, inForce, context);
     if (allow?.allowsIdentity(prepared.identity) || moduleList?.allowsIdentity(prepared.identity)) return null;
     return prepared;

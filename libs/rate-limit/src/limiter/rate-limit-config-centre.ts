@@ -13,8 +13,8 @@ export interface RateLimitOverride {
   mode?: unknown;
   /**
    * Requests the rules of the key do not count, replacing their `allow` (`{}`: none):
-   * `{ addresses, identities, userAgents }`, as an object or its JSON. For the module's
-   * `allow.configKey`, the module-wide list.
+   * `{ addresses, identities, userAgents }` (each user agent with its networks, `{ agent, from }`), as
+   * an object or its JSON. For the module's `allow.configKey`, the module-wide list.
    */
   allow?: unknown;
 }
