@@ -1,6 +1,6 @@
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RateLimitAlgorithmName, RateLimitRuleOptions } from 'nest-rate-limit';
+import type { RateLimitAlgorithmName, RateLimitOptions } from 'nest-rate-limit';
 import { type RateLimitStore, rateLimitKey } from 'nest-rate-limit/store';
 import { STORES } from '../support/matrix.js';
 import { createStore, hit } from '../support/store-module.js';
@@ -68,15 +68,15 @@ describe.each(STORES)('large costs: $name store', (storeCase) => {
 
   it('a sliding log settles a cost of 1,000,000 in one member, and a refund takes part of one', async () => {
     const identity = uniquePrefix();
-    const options: RateLimitRuleOptions = {
+    const options = {
       name: 'completions',
       count: 5,
       window: '1m',
-      algorithm: 'sliding-log',
+      algorithm: 'sliding-log' as const,
       cost: 4,
       maxCost: 5,
       settleCost: () => 0,
-    };
+    } satisfies RateLimitOptions;
     const spent = await limiter.consume(options, identity, 4);
     await limiter.settleCost(spent, 1_000_000);
     // The reservation's member and the charge's.

@@ -1,4 +1,9 @@
-import { ALGORITHM_NAMES, MAX_WAIT_MS, ROUNDING_EPSILON, type RateLimitAlgorithmName } from '../../algorithms/algorithm.js';
+import {
+  ALGORITHM_NAMES,
+  MAX_WAIT_MS,
+  ROUNDING_EPSILON,
+  type RateLimitAlgorithmName,
+} from '../../algorithms/algorithm.js';
 import { FIXED_WINDOW_LUA } from '../../algorithms/fixed-window/fixed-window.lua.js';
 import { GCRA_LUA } from '../../algorithms/gcra/gcra.lua.js';
 import { SLIDING_LOG_LUA } from '../../algorithms/sliding-log/sliding-log.lua.js';
