@@ -31,8 +31,9 @@ const rule = (algorithm: fc.Arbitrary<RateLimitAlgorithmName>): fc.Arbitrary<Rul
 
 /**
  * Requests: gaps on a fake clock (bursts, idles across several windows, now and then a clock that
- * goes back or reads a fraction of a millisecond), costs (0 included), and windows that change
- * between requests as a config centre may change them.
+ * goes back or reads a fraction of a millisecond), costs (0 included, and now and then one far past
+ * any limit, as a settled cost may be), and windows that change between requests as a config
+ * centre may change them.
  */
 const traffic = fc.array(
   fc.record({
@@ -43,7 +44,11 @@ const traffic = fc.array(
       fc.integer({ min: -1_500, max: -1 }),
       fc.double({ min: 0, max: 50, noNaN: true }),
     ),
-    cost: fc.oneof(fc.constant(1), fc.integer({ min: 0, max: 4 })),
+    cost: fc.oneof(
+      { arbitrary: fc.constant(1), weight: 5 },
+      { arbitrary: fc.integer({ min: 0, max: 4 }), weight: 5 },
+      { arbitrary: fc.constantFrom(1_000_000, Number.MAX_SAFE_INTEGER), weight: 1 },
+    ),
     windowScale: fc.constantFrom(1, 1, 1, 1, 2, 0.5),
     /** Record the units without deciding (as after an outage) instead of asking. */
     record: fc.constantFrom(false, false, false, false, false, false, false, false, false, true),
@@ -51,6 +56,8 @@ const traffic = fc.array(
     refundAfter: fc.oneof(fc.constant(-1), fc.constant(-1), fc.integer({ min: 0, max: 5 })),
     /** When settled: keep its units (a `countOn` response that counts) instead of refunding them. */
     keep: fc.constantFrom(false, false, true),
+    /** When refunded, a `settleCost` rule's share of its units taken back (settled for less than reserved). */
+    refundShare: fc.constantFrom(1, 1, 0.5),
     /** When settled and kept: units charged past the cost (a `settleCost` overdraft), ending its claim. */
     overdraft: fc.constantFrom(0, 0, 1, 3),
   }),
@@ -90,6 +97,7 @@ describe('Redis scripts and the embedded store decide and refund alike (property
       refundAfter: number;
       keep: boolean;
       overdraft: number;
+      refundShare: number;
       windowScale: number;
       record: boolean;
     }[],
@@ -99,7 +107,10 @@ describe('Redis scripts and the embedded store decide and refund alike (property
     const memory = new MemoryRateLimitStore(1_000);
     const pending: { due: number; refund: () => Promise<unknown> }[] = [];
     let now = t0;
-    for (const [step, { gapMs, cost, refundAfter, keep, overdraft, windowScale, record }] of requests.entries()) {
+    for (const [
+      step,
+      { gapMs, cost, refundAfter, keep, overdraft, refundShare, windowScale, record },
+    ] of requests.entries()) {
       now += gapMs;
       for (const { refund } of pending.filter((p) => p.due === step)) await refund();
       const hits: RateLimitHit[] = rules.map((shape, i) => ({
@@ -131,7 +142,16 @@ describe('Redis scripts and the embedded store decide and refund alike (property
           hits.flatMap((hit, i) =>
             keep && overdraft > 0 && hit.overdraftBound !== undefined
               ? []
-              : [{ hit, receipt: receipts[i], refund: !keep }],
+              : [
+                  {
+                    hit:
+                      keep || hit.overdraftBound === undefined
+                        ? hit
+                        : { ...hit, cost: Math.floor(hit.cost * refundShare) },
+                    receipt: receipts[i],
+                    refund: !keep,
+                  },
+                ],
           );
         pending.push({
           due: step + refundAfter + 1,

@@ -83,7 +83,7 @@ describe('exactness across instances sharing one Redis', () => {
     expect(admitted).toHaveLength(25);
     expect(await fixedWindowCount(redis, rateLimitKey(prefix, 'route', 'global', 'fixed-window'))).toBe(25);
     for (const user of users) {
-      // A sliding log keeps one sorted-set member per admitted unit.
+      // A sliding log keeps one sorted-set member per admission (each of cost 1 here).
       const count = await redis.zcard(rateLimitKey(prefix, 'user', user, 'sliding-log'));
       expect(count).toBe(admitted.filter((r) => userOf(r.index) === user).length);
       expect(count).toBeLessThanOrEqual(4);

@@ -1,3 +1,5 @@
+import { MAX_DURATION_MS } from '../rules/duration.js';
+
 /** The algorithms a rule can use. */
 export type RateLimitAlgorithmName = 'fixed-window' | 'sliding-window' | 'sliding-log' | 'token-bucket' | 'gcra';
 
@@ -60,3 +62,10 @@ export interface RateLimitAlgorithm<State> {
  * times. The Lua scripts use the same constant, so both sides round alike.
  */
 export const ROUNDING_EPSILON = 1e-9;
+
+/**
+ * The longest wait a state may hold: 365 days, the cap of windows and penalties. A token bucket's
+ * debt and a GCRA arrival time go no further ahead than this, whatever was charged, so a key's TTL
+ * and a `Retry-After` stay within it. The Lua scripts use the same constant.
+ */
+export const MAX_WAIT_MS = MAX_DURATION_MS;

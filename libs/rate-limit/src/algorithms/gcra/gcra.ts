@@ -1,4 +1,4 @@
-import { ROUNDING_EPSILON, type RateLimitAlgorithm } from '../algorithm.js';
+import { MAX_WAIT_MS, ROUNDING_EPSILON, type RateLimitAlgorithm } from '../algorithm.js';
 
 export interface GcraState {
   /** Theoretical arrival time of the next unit, in ms. */
@@ -16,14 +16,17 @@ export const gcra: RateLimitAlgorithm<GcraState> = {
     const interval = windowMs / limit;
     const tolerance = (windowMs * burst) / limit;
     const tat = state ? Math.max(state.tat, now) : now;
-    const nextTat = tat + cost * interval;
-    const allowAt = nextTat - tolerance;
+    const wanted = tat + cost * interval;
+    const allowAt = wanted - tolerance;
     const allowed = now + ROUNDING_EPSILON >= allowAt;
-    const pending = allowed ? nextTat - now : tat - now;
+    const pending = allowed ? wanted - now : tat - now;
+    // No further ahead than MAX_WAIT_MS, whatever was charged (and never back: a clock that went
+    // back may have left it further).
+    const nextTat = Math.max(tat, Math.min(wanted, now + MAX_WAIT_MS));
     return {
       allowed,
       remaining: Math.max(0, Math.floor((tolerance - pending) / interval + ROUNDING_EPSILON)),
-      resetMs: Math.max(0, Math.ceil((allowed ? nextTat : allowAt) - now - ROUNDING_EPSILON)),
+      resetMs: Math.min(MAX_WAIT_MS, Math.max(0, Math.ceil((allowed ? wanted : allowAt) - now - ROUNDING_EPSILON))),
       next: { tat: nextTat },
       ttlMs: Math.max(0, Math.ceil(nextTat - now - ROUNDING_EPSILON)),
     };

@@ -19,12 +19,13 @@ ALG['token-bucket'] = {
     local allowed = tokens + ROUNDING_EPSILON >= p.cost
     local after = tokens
     if allowed then after = tokens - p.cost end
-    local full = math.max(0, math.ceil((p.burst - after) / rate - ROUNDING_EPSILON))
-    local reset = full
-    if not allowed then reset = math.max(0, math.ceil((p.cost - tokens) / rate - ROUNDING_EPSILON)) end
+    local function wait(units) return math.min(MAX_WAIT_MS, math.max(0, math.ceil(units / rate - ROUNDING_EPSILON))) end
+    -- A debt no deeper than MAX_WAIT_MS of refill, whatever was charged.
+    local kept = math.max(tokens - p.cost, p.burst - rate * MAX_WAIT_MS)
+    local reset = wait(p.burst - after)
+    if not allowed then reset = wait(p.cost - tokens) end
     return { allowed = allowed, remaining = math.max(0, math.floor(after + ROUNDING_EPSILON)), reset = reset,
-             ttl = refilledAt - now + math.max(0, math.ceil((p.burst - (tokens - p.cost)) / rate - ROUNDING_EPSILON)),
-             tokens = tokens - p.cost, refilledAt = refilledAt }
+             ttl = refilledAt - now + wait(p.burst - kept), tokens = kept, refilledAt = refilledAt }
   end,
   commit = function(key, now, p, s)
     redis.call('HSET', key, TOKEN_BUCKET.tokens, fmt(s.tokens), TOKEN_BUCKET.refilledAt, fmt(s.refilledAt))
@@ -46,9 +47,9 @@ ALG['token-bucket'] = {
     end
     local excess = tokens - (p.burst - p.figure)
     if excess <= ROUNDING_EPSILON then return false end
-    local after = tokens - excess
+    local after = math.max(tokens - excess, p.burst - rate * MAX_WAIT_MS)
     redis.call('HSET', key, TOKEN_BUCKET.tokens, fmt(after), TOKEN_BUCKET.refilledAt, fmt(refilledAt))
-    local full = refilledAt - now + math.ceil((p.burst - after) / rate)
+    local full = refilledAt - now + math.min(MAX_WAIT_MS, math.ceil((p.burst - after) / rate))
     redis.call('PEXPIRE', key, math.max(redis.call('PTTL', key), full + GRACE_MS))
     return true
   end,

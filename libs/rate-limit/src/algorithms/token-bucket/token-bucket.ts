@@ -1,4 +1,4 @@
-import { ROUNDING_EPSILON, type RateLimitAlgorithm } from '../algorithm.js';
+import { MAX_WAIT_MS, ROUNDING_EPSILON, type RateLimitAlgorithm } from '../algorithm.js';
 
 export interface TokenBucketState {
   tokens: number;
@@ -22,15 +22,18 @@ export const tokenBucket: RateLimitAlgorithm<TokenBucketState> = {
     }
     const allowed = tokens + ROUNDING_EPSILON >= cost;
     const after = allowed ? tokens - cost : tokens;
-    // Math.max also turns the -0 that ceil(-epsilon) gives into 0, as Redis replies.
-    const full = Math.max(0, Math.ceil((burst - after) / rate - ROUNDING_EPSILON));
+    // Ms until `units` tokens have refilled, at most MAX_WAIT_MS. Math.max also turns the -0 that
+    // ceil(-epsilon) gives into 0, as Redis replies.
+    const wait = (units: number) => Math.min(MAX_WAIT_MS, Math.max(0, Math.ceil(units / rate - ROUNDING_EPSILON)));
+    // A debt no deeper than MAX_WAIT_MS of refill, whatever was charged.
+    const kept = Math.max(tokens - cost, burst - rate * MAX_WAIT_MS);
     return {
       allowed,
       remaining: Math.max(0, Math.floor(after + ROUNDING_EPSILON)),
-      resetMs: allowed ? full : Math.max(0, Math.ceil((cost - tokens) / rate - ROUNDING_EPSILON)),
-      next: { tokens: tokens - cost, refilledAt },
+      resetMs: allowed ? wait(burst - after) : wait(cost - tokens),
+      next: { tokens: kept, refilledAt },
       // Until the kept state refills; a clock that went back leaves refilledAt ahead of now.
-      ttlMs: refilledAt - now + Math.max(0, Math.ceil((burst - (tokens - cost)) / rate - ROUNDING_EPSILON)),
+      ttlMs: refilledAt - now + wait(burst - kept),
     };
   },
   refund(state, { cost, burst }) {

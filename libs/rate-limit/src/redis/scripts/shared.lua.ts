@@ -1,4 +1,9 @@
-import { ALGORITHM_NAMES, ROUNDING_EPSILON, type RateLimitAlgorithmName } from '../../algorithms/algorithm.js';
+import {
+  ALGORITHM_NAMES,
+  MAX_WAIT_MS,
+  ROUNDING_EPSILON,
+  type RateLimitAlgorithmName,
+} from '../../algorithms/algorithm.js';
 import { FIXED_WINDOW_LUA } from '../../algorithms/fixed-window/fixed-window.lua.js';
 import { GCRA_LUA } from '../../algorithms/gcra/gcra.lua.js';
 import { SLIDING_LOG_LUA } from '../../algorithms/sliding-log/sliding-log.lua.js';
@@ -51,6 +56,7 @@ const HELPERS_LUA = `${REDIS_TIME_LUA}
 local GRACE_MS = ${GRACE_MS}
 local CLAIM_MS = ${CLAIM_MS}
 local ROUNDING_EPSILON = ${ROUNDING_EPSILON}
+local MAX_WAIT_MS = ${MAX_WAIT_MS}
 local function fmt(x) return string.format('%.17g', x) end
 local repaired = false
 -- Whether the call runs on Redis's clock (no \`clock\` option): a fixed window is then timed by its key's TTL.
