@@ -68,6 +68,8 @@ export interface GroupResult {
   windowStarts: number[];
   /** The time each hit was decided at, on the same clock. */
   decidedAt: number[];
+  /** Recorded units (`record`) each hit left out: Redis holds a window that started after theirs. */
+  unrecorded?: boolean[];
 }
 
 /** The calls of one request put back in hit order: admitted only if every call admitted. */

@@ -230,11 +230,14 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     if (!this.lostWrites) return;
     // Units the fallback admitted while Redis was out, recorded into a state a failover may have
     // left without the writes before them: checked as an admission is (raised back, never refused).
+    // Units left out (a window started after theirs) hold nothing there to check.
     const { decisions, receipts, windowStarts, decidedAt } = mergeGroups(results);
+    const left = new Set(results.flatMap((result) => result.indices.filter((_, i) => result.unrecorded?.[i])));
+    const kept = (_: unknown, i: number) => !left.has(i);
     await this.lostWrites.check(
-      hits,
-      { allowed: true, decisions, receipts },
-      { at: decidedAt, windowStarts },
+      hits.filter(kept),
+      { allowed: true, decisions: decisions.filter(kept), receipts: receipts.filter(kept) },
+      { at: decidedAt.filter(kept), windowStarts: windowStarts.filter(kept) },
       this,
       true,
     );
@@ -326,7 +329,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     record = false,
   ): Promise<GroupResult> {
     const group = indices.map((i) => hits[i]);
-    const call = { now, nonce, hits: group, record, markerShare: this.markerShare };
+    const call = { now, nonce, hits: group, record, sentAt: now ?? Date.now(), markerShare: this.markerShare };
     const { keys, args } = encodeConsume(call);
     let answer: unknown;
     try {
@@ -387,6 +390,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
       decisions,
       windowStarts,
       decidedAt: group.map(() => admittedAt),
+      unrecorded: reply.rules.map((rule) => rule.unrecorded),
       // A fixed window on Redis's clock keeps no start in its key: its receipt names the window,
       // so a refund goes into that window only.
       receipts: group.map((hit, i) =>

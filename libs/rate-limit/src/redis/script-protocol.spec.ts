@@ -45,6 +45,7 @@ describe('script layouts', () => {
         conditional: true,
         overdraft: -1,
         settles: '',
+        within: 0,
       },
       {
         key: 'p:{u}:b:gc',
@@ -62,6 +63,7 @@ describe('script layouts', () => {
         conditional: false,
         overdraft: 30,
         settles: '17',
+        within: 250,
       },
     ];
     expect(CONSUME_LAYOUT.decodeCall(CONSUME_LAYOUT.encode(head, rules))).toEqual({
@@ -71,8 +73,8 @@ describe('script layouts', () => {
 
     const replyHead = { allowed: false, now: 1_700_000_000_123 };
     const replyRules = [
-      { allowed: true, remaining: 7, reset: 59_000, provisional: false, repaired: true },
-      { allowed: false, remaining: 0, reset: 333, provisional: true, repaired: false },
+      { allowed: true, remaining: 7, reset: 59_000, provisional: false, repaired: true, unrecorded: false },
+      { allowed: false, remaining: 0, reset: 333, provisional: true, repaired: false, unrecorded: false },
     ];
     const reply = CONSUME_LAYOUT.encodeReply(replyHead, replyRules);
     expect(CONSUME_LAYOUT.decode(reply, 2)).toEqual({ head: replyHead, rules: replyRules });
@@ -81,7 +83,7 @@ describe('script layouts', () => {
   it('encodes the store hits and decodes the reply the store reads', () => {
     const hits = [hit('p:{u}:a:fw', { conditional: true }), hit('p:{u}:b:tb', { algorithm: 'token-bucket' })];
     const call = CONSUME_LAYOUT.decodeCall(
-      encodeConsume({ now: undefined, nonce: 'n1', hits, record: false, markerShare: 0.8 }),
+      encodeConsume({ now: undefined, nonce: 'n1', hits, record: false, sentAt: 0, markerShare: 0.8 }),
     );
     expect(call.head).toMatchObject({ now: -1, nonce: 'n1' });
     expect(call.rules.map((rule) => [rule.key, rule.pendingKey, rule.alg, rule.markFrom, rule.conditional])).toEqual([
@@ -90,7 +92,7 @@ describe('script layouts', () => {
     ]);
     // Recording counts without deciding, so no rule waits on units in flight.
     const recorded = CONSUME_LAYOUT.decodeCall(
-      encodeConsume({ now: 5, nonce: 'n2', hits, record: true, markerShare: false }),
+      encodeConsume({ now: 5, nonce: 'n2', hits, record: true, sentAt: 5, markerShare: false }),
     );
     expect(recorded.rules.map((rule) => [rule.force, rule.conditional, rule.markFrom])).toEqual([
       [true, false, 0],
@@ -98,15 +100,15 @@ describe('script layouts', () => {
     ]);
 
     const reply = CONSUME_LAYOUT.encodeReply({ allowed: true, now: 5 }, [
-      { allowed: true, remaining: 9, reset: 100, provisional: false, repaired: false },
-      { allowed: true, remaining: 0, reset: 7, provisional: true, repaired: true },
+      { allowed: true, remaining: 9, reset: 100, provisional: false, repaired: false, unrecorded: false },
+      { allowed: true, remaining: 0, reset: 7, provisional: true, repaired: true, unrecorded: false },
     ]);
     expect(decodeConsume(reply, 2)).toEqual({
       allowed: true,
       now: 5,
       rules: [
-        { allowed: true, remaining: 9, resetMs: 100, provisional: false, repaired: false },
-        { allowed: true, remaining: 0, resetMs: 7, provisional: true, repaired: true },
+        { allowed: true, remaining: 9, resetMs: 100, provisional: false, repaired: false, unrecorded: false },
+        { allowed: true, remaining: 0, resetMs: 7, provisional: true, repaired: true, unrecorded: false },
       ],
     });
   });
@@ -115,7 +117,7 @@ describe('script layouts', () => {
     const { head, rule } = CONSUME_LAYOUT.declaration;
     for (const n of [0, 1, 3]) {
       const hits = Array.from({ length: n }, (_, i) => hit(`p:{u}:r${i}:fw`));
-      const { keys, args } = encodeConsume({ now: 1, nonce: 'x', hits, record: false, markerShare: false });
+      const { keys, args } = encodeConsume({ now: 1, nonce: 'x', hits, record: false, sentAt: 0, markerShare: false });
       expect(args).toHaveLength(Object.keys(head.args).length + 1 + n * Object.keys(rule.args).length);
       expect(keys).toHaveLength(n * rule.keys.length);
     }
@@ -164,7 +166,7 @@ describe('script layouts', () => {
 
   it('refuses a reply that does not fit the layout', () => {
     const reply = CONSUME_LAYOUT.encodeReply({ allowed: true, now: 1 }, [
-      { allowed: true, remaining: 1, reset: 1, provisional: false, repaired: false },
+      { allowed: true, remaining: 1, reset: 1, provisional: false, repaired: false, unrecorded: false },
     ]);
     expect(() => CONSUME_LAYOUT.decode(reply.slice(0, -1))).toThrow(/consume script replied 5 values/);
     expect(() => CONSUME_LAYOUT.decode(reply, 2)).toThrow(/for 2 rules/);
@@ -190,7 +192,14 @@ describe('script layouts', () => {
   it('types the encoder input and the decoded reply from the declaration', () => {
     expectTypeOf(CONSUME_LAYOUT.decode).returns.toEqualTypeOf<{
       head: { allowed: boolean; now: number };
-      rules: { allowed: boolean; remaining: number; reset: number; provisional: boolean; repaired: boolean }[];
+      rules: {
+        allowed: boolean;
+        remaining: number;
+        reset: number;
+        provisional: boolean;
+        repaired: boolean;
+        unrecorded: boolean;
+      }[];
     }>();
     expectTypeOf(REFUND_LAYOUT.encode).parameter(0).toEqualTypeOf<{ at: number; nonce: string }>();
     expectTypeOf(RAISE_LAYOUT.encode).parameter(0).toEqualTypeOf<{

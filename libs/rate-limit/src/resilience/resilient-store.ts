@@ -236,7 +236,8 @@ export class ResilientStore extends DecidingStore {
     try {
       for (; i < units.length; i += 100) {
         await this.store.record(
-          units.slice(i, i + 100).map((unit) => unit.hit),
+          // Each into the window it was admitted in: one Redis started since holds none of its requests.
+          units.slice(i, i + 100).map((unit) => ({ ...unit.hit, windowEndsAt: unit.until })),
           now,
         );
       }

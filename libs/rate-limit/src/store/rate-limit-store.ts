@@ -49,6 +49,14 @@ export interface RateLimitHit {
    * whose claim in flight (`overdraftBound`) it ends in the same call.
    */
   settles?: string;
+  /**
+   * Units counted after the fact (`record`) that were admitted in a window of their own (the local
+   * fallback's, while the store was out): when that window ends, on the clock of the calls (the
+   * `now` given, else this process's). A fixed window counts them only in that window: one the store
+   * no longer holds starts again ending then, and one it started since (a store restarted empty, a
+   * window that ended while the units waited) holds none of them. A store of your own may ignore it.
+   */
+  windowEndsAt?: number;
 }
 
 /**

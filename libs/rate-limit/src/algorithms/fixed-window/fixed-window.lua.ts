@@ -41,9 +41,23 @@ local function ttlWindowStart(key, window)
   return ends - window
 end`;
 
+/**
+ * Two ends of one window, one reckoned on the app's clock (recorded units' `within`) and one read on
+ * Redis's, agree within this much: a call's transit, as the local fallback allows two reports.
+ */
+const RECORDED_WINDOW_MATCH_MS = 50;
+
 export const FIXED_WINDOW_LUA = `
 local FIXED_WINDOW = ${luaStringTable(FIXED_WINDOW_FIELDS)}
+local RECORDED_WINDOW_MATCH_MS = ${RECORDED_WINDOW_MATCH_MS}
 ${TTL_WINDOW_START_LUA}
+-- Recorded units (\`p.within\`: ms left of the window they were admitted in, 0: not known) go into
+-- that window only. A window that ends later started after theirs: Redis restarted empty, or theirs
+-- ended while they waited, and their requests were never in it. Counted there, they would count
+-- again for a whole window of requests that came after them.
+local function startedAfterTheirs(ends, now, p)
+  return (p.within or 0) > 0 and ends > now + p.within + RECORDED_WINDOW_MATCH_MS
+end
 -- On Redis's clock: the count at a state key and its window's end, absolute (nil: no window).
 local function ttlCounter(key, now, p)
   local raw = redis.pcall('GET', key)
@@ -93,7 +107,13 @@ local TTL_FIXED_WINDOW = {
       local m, mends = ttlCounter(p.markerKey, now, p)
       if mends then count = m; ends = mends end
     end
-    ends = ends or now + p.window
+    if ends and startedAfterTheirs(ends, now, p) then
+      local left = math.max(1, ends - now)
+      return { allowed = true, remaining = math.max(0, p.limit - count), reset = left, ttl = left,
+               ends = ends, start = ends - p.window, count = count, unrecorded = true }
+    end
+    -- A window Redis no longer holds, for recorded units: theirs again, ending when it did.
+    ends = ends or ((p.within or 0) > 0 and now + p.within) or now + p.window
     -- A window in its last ms by TIME (read after the script began) still reports 1 ms left.
     local ttl = math.max(1, ends - now)
     local allowed = count + p.cost <= p.limit
@@ -103,6 +123,7 @@ local TTL_FIXED_WINDOW = {
              ends = ends, start = ends - p.window, count = count + p.cost, fresh = fresh }
   end,
   commit = function(key, now, p, s)
+    if s.unrecorded then return end
     if s.fresh then redis.call('SET', key, s.count, 'PXAT', s.ends) else redis.call('INCRBY', key, p.cost) end
     if p.markFrom > 0 and s.count >= p.markFrom then redis.call('SET', p.markerKey, s.count, 'PXAT', s.ends) end
   end,
@@ -120,12 +141,20 @@ local HASH_FIXED_WINDOW = {
     local st = readFields(key, FIXED_WINDOW)
     if st.start and st.count and now < st.start + p.window then
       start = st.start; count = st.count
+      if startedAfterTheirs(start + p.window, now, p) then
+        return { allowed = true, remaining = math.max(0, p.limit - count), reset = start + p.window - now,
+                 ttl = start + p.window - now, start = start, count = count, unrecorded = true }
+      end
     elseif not (st.start and st.count) and p.markFrom > 0 then
       -- The counter is missing (a failover to a replica that lacked it?) but the window's marker
       -- is not: resume from it.
       local m = readFields(p.markerKey, FIXED_WINDOW)
       ensureTtl(p.markerKey, 2 * p.window)
       if m.start and m.count and now >= m.start and now < m.start + p.window then start = m.start; count = m.count end
+    end
+    if start == now and count == 0 and (p.within or 0) > 0 then
+      -- A window Redis no longer holds, for recorded units: theirs again, ending when it did.
+      start = now + p.within - p.window
     end
     local allowed = count + p.cost <= p.limit
     local used = count
@@ -135,6 +164,7 @@ local HASH_FIXED_WINDOW = {
              start = start, count = count + p.cost }
   end,
   commit = function(key, now, p, s)
+    if s.unrecorded then return end
     redis.call('HSET', key, FIXED_WINDOW.start, fmt(s.start), FIXED_WINDOW.count, fmt(s.count))
     redis.call('PEXPIRE', key, s.ttl + GRACE_MS)
     if p.markFrom > 0 and s.count >= p.markFrom then

@@ -9,7 +9,12 @@ import { ALGORITHM_ARGS, algorithmArgs, algorithmsLua } from './shared.lua.js';
 /** The reply of both consume scripts: all admitted, now, then per rule its decision. */
 const CONSUME_REPLY = {
   head: { allowed: 'flag', now: 'number' },
-  rule: { allowed: 'flag', remaining: 'number', reset: 'number', flags: bits('provisional', 'repaired') },
+  rule: {
+    allowed: 'flag',
+    remaining: 'number',
+    reset: 'number',
+    flags: bits('provisional', 'repaired', 'unrecorded'),
+  },
 } as const;
 
 /**
@@ -22,9 +27,11 @@ const CONSUME_REPLY = {
  * (units the fallback admitted while Redis was out), the count from which a fixed window also writes
  * its marker (0: never), `conditional` for a `countOn` rule, `overdraft` for a `settleCost` rule
  * (the most its admission may yet be charged past its cost; -1 for other rules), and `settles` for
- * a charge that settles such an admission (its nonce; '' for none).
+ * a charge that settles such an admission (its nonce; '' for none), and `within` for recorded units
+ * of a fixed window (ms until the window they were admitted in ends; 0: not known).
  * Reply: all admitted, now, then per rule: admitted, remaining, reset ms, and whether the rejection
- * is provisional and whether a key of the rule was repaired.
+ * is provisional, whether a key of the rule was repaired, and whether recorded units were left out
+ * (their window is over in Redis, which holds a later one).
  */
 export const CONSUME_LAYOUT = defineScriptLayout('consume', {
   head: { args: { now: 'number', nonce: 'string' } },
@@ -38,6 +45,7 @@ export const CONSUME_LAYOUT = defineScriptLayout('consume', {
       conditional: 'flag',
       overdraft: 'number',
       settles: 'string',
+      within: 'number',
     },
   },
   reply: CONSUME_REPLY,
@@ -187,6 +195,8 @@ export interface ConsumeCall {
   hits: readonly RateLimitHit[];
   /** Count the units without deciding (units the fallback admitted while Redis was out). */
   record: boolean;
+  /** This process's time of the call (the given `now`, else its clock): what `windowEndsAt` is on. */
+  sentAt: number;
   /** The lost-write marker's share of the limit, or false for none. */
   markerShare: number | false;
 }
@@ -204,8 +214,18 @@ export function encodeConsume(call: ConsumeCall): { keys: string[]; args: (strin
       conditional: hit.conditional && !call.record,
       overdraft: hit.overdraftBound ?? -1,
       settles: hit.settles ?? '',
+      within: call.record ? msLeftOfWindow(hit, call.sentAt) : 0,
     })),
   );
+}
+
+/**
+ * Ms left of the window recorded units were admitted in (`windowEndsAt`), at most a window; 0 when
+ * not known. Reckoned on this process's clock and read on Redis's: a call's transit apart.
+ */
+function msLeftOfWindow(hit: RateLimitHit, sentAt: number): number {
+  if (hit.windowEndsAt === undefined) return 0;
+  return Math.min(hit.windowMs, Math.max(1, Math.ceil(hit.windowEndsAt - sentAt)));
 }
 
 /** One rule's part of a consume reply. */
@@ -216,6 +236,8 @@ export interface ConsumeRuleReply {
   provisional: boolean;
   /** A key of the rule was found corrupt or without a TTL and mended. */
   repaired: boolean;
+  /** Recorded units left out: Redis holds a window that started after theirs. */
+  unrecorded: boolean;
 }
 
 export interface ConsumeReply {
@@ -230,12 +252,13 @@ export function decodeConsume(reply: unknown, rules: number): ConsumeReply {
   return {
     allowed: decoded.head.allowed,
     now: decoded.head.now,
-    rules: decoded.rules.map(({ allowed, remaining, reset, provisional, repaired }) => ({
+    rules: decoded.rules.map(({ allowed, remaining, reset, provisional, repaired, unrecorded }) => ({
       allowed,
       remaining,
       resetMs: reset,
       provisional,
       repaired,
+      unrecorded,
     })),
   };
 }
