@@ -6,6 +6,7 @@ const context = {} as ExecutionContext;
 
 /** A thenable that is not a native promise, as a query builder's or another promise library's. */
 const thenable = (value: unknown) => ({
+  // oxlint-disable-next-line unicorn/no-thenable -- a thenable is what this test is about
   then: (resolve: (value: unknown) => unknown) => resolve(value),
 });
 
@@ -19,6 +20,7 @@ describe('skips', () => {
   });
 
   it('a thenable that rejects skips nothing (fail closed)', async () => {
+    // oxlint-disable-next-line unicorn/no-thenable -- a thenable is what this test is about
     const rejecting = { then: (_: unknown, reject: (error: unknown) => unknown) => reject(new Error('no')) };
     expect(await skips(() => rejecting as never, context, 'rule r', problems)).toBe(false);
   });
