@@ -5,6 +5,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { AppModule } from '../../apps/demo/src/app.module.js';
 import { describeStores } from '../support/matrix.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { fill } from '../support/fill-redis.js';
 import { uniquePrefix } from '../support/test-app.js';
 
 /*
@@ -74,23 +75,6 @@ describeStores('the demo’s admin endpoints', (store) => {
     expect((await admin('get', '/admin/bans').expect(200)).body).toEqual([]);
   });
 });
-
-/**
- * Writes 1 KB values with a day's TTL, 100 a script, until Redis refuses one with OOM (as
- * `test/integration/full-redis.spec.ts` fills one); the client stays connected, holding its memory.
- */
-async function fill(server: RedisServer): Promise<'refused' | 'taken'> {
-  const redis = server.client();
-  const script = `for i = 1, 100 do redis.call('SET', ARGV[1] .. i, string.rep('x', 1024), 'EX', 86400) end`;
-  for (let batch = 0; batch < 80; batch += 1) {
-    const refused = await redis.eval(script, 0, `junk:${batch}:`).then(
-      () => false,
-      (error: Error) => error.message.startsWith('OOM ') || Promise.reject(error),
-    );
-    if (refused) return 'refused';
-  }
-  return 'taken';
-}
 
 describe('the demo’s admin endpoints on a full Redis (maxmemory, noeviction)', () => {
   let server: RedisServer;

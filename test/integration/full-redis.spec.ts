@@ -5,6 +5,7 @@ import { RateLimit } from 'nest-rate-limit';
 import { type RateLimitHealth, RateLimitHealthIndicator } from 'nest-rate-limit/ops';
 import { LogCapture } from '../support/log-capture.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { fill } from '../support/fill-redis.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
 
 /*
@@ -36,24 +37,6 @@ class LoginController {
   login() {
     return {};
   }
-}
-
-/**
- * Writes 1 KB values with a day's TTL (an app's cache), 100 a script, until Redis refuses one with
- * OOM or 8 MB were written. From a script: a pipeline's own buffers count against maxmemory. The
- * client stays connected (closed with the server): its going would free memory, and make room.
- */
-async function fill(server: RedisServer): Promise<'refused' | 'taken'> {
-  const redis = server.client();
-  const script = `for i = 1, 100 do redis.call('SET', ARGV[1] .. i, string.rep('x', 1024), 'EX', 86400) end`;
-  for (let batch = 0; batch < 80; batch += 1) {
-    const refused = await redis.eval(script, 0, `junk:${batch}:`).then(
-      () => false,
-      (error: Error) => error.message.startsWith('OOM ') || Promise.reject(error),
-    );
-    if (refused) return 'refused';
-  }
-  return 'taken';
 }
 
 interface Seen {

@@ -46,10 +46,6 @@ export function outcomeOf(request: object): RateLimitOutcome | undefined {
   return (request as Invocation)[OUTCOME];
 }
 
-export function attachOutcome(request: object, outcome: RateLimitOutcome): void {
-  (request as Invocation)[OUTCOME] = outcome;
-}
-
 /** What decides a request's rules once the app's guards have run: the guard that passed it on. */
 export interface AfterGuardsDecider {
   /** Resolves when admitted (or nothing to decide); throws the rejection otherwise. */
