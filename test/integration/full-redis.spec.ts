@@ -4,7 +4,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { RateLimit } from 'nest-rate-limit';
 import { type RateLimitHealth, RateLimitHealthIndicator } from 'nest-rate-limit/ops';
 import { LogCapture } from '../support/log-capture.js';
-import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import { startRedisServer } from '../support/redis-server.js';
 import { fill } from '../support/fill-redis.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
 
