@@ -106,3 +106,94 @@ describe('Redis restarted empty under traffic at 80% of the limit', () => {
     },
   );
 });
+
+/** The module's default at its real figures: 300 a minute, and a client at 4 a second on each route (80%). */
+const DEFAULT_PER_MINUTE = 300;
+/** A tighter limit being tried beside it on every route, in shadow mode (as the demo's `GET /shadow`): it never refuses. */
+const TRIAL = { name: 'trial', count: 3, window: 10_000, mode: 'shadow' } as const;
+
+@Controller()
+class TrialController {
+  @Get('list')
+  @RateLimit(TRIAL)
+  list() {
+    return 'list';
+  }
+
+  @Get('item')
+  @RateLimit(TRIAL)
+  item() {
+    return 'item';
+  }
+
+  /** Its own rule, replacing the default here. */
+  @Get('search')
+  @RateLimit({ name: 'default', count: DEFAULT_PER_MINUTE, window: 60_000 })
+  @RateLimit(TRIAL)
+  search() {
+    return 'search';
+  }
+}
+
+describe('Redis restarted empty, routes with a second rule beside the default (300 a minute, 4 a second)', () => {
+  let server: RedisServer;
+  let app: INestApplication;
+
+  beforeAll(async () => {
+    server = await startRedisServer();
+    app = await createTestApp({
+      controllers: [TrialController],
+      rateLimit: {
+        redis: server.url,
+        keyPrefix: uniquePrefix(),
+        defaults: [{ count: DEFAULT_PER_MINUTE, window: 60_000 }],
+      },
+    });
+  });
+
+  afterAll(async () => {
+    await app?.close();
+    await server?.stop();
+  });
+
+  it(
+    'refuses nothing after it: a share the fallback held of another rule refuses no key for the window',
+    { timeout: 120_000 },
+    async () => {
+      // The trial rule's first window starts at the first request and ends 10 s later, while Redis
+      // is down (9 s to 12 s): the fallback decides a window of its own there, and the share it
+      // held of it (a few units of 3) is used up when Redis, back empty, admits again.
+      const restartAtMs = 9_000;
+      const afterMs = 15_000;
+      const traffic = await paced({
+        durationMs: restartAtMs + 3_000 + afterMs,
+        ratePerS: PER_ROUTE_PER_S * ROUTES.length,
+        send: (i) => request(app.getHttpServer()).get(ROUTES[i % ROUTES.length]),
+        events: [
+          {
+            atMs: restartAtMs,
+            inBackground: true,
+            run: async () => {
+              const crashed = server;
+              await crashed.kill();
+              await new Promise((resolve) => setTimeout(resolve, 3_000));
+              server = await startRedisServer([], crashed.port);
+              await crashed.stop();
+            },
+          },
+        ],
+      });
+      const after = traffic.samples.filter((s) => s.due >= restartAtMs);
+      expect(after.some((s) => !s.fromRedis)).toBe(true);
+      expect(after.slice(-ROUTES.length).every((s) => s.fromRedis)).toBe(true);
+      // Requests after it, and how many were refused, per route.
+      const refused = Object.fromEntries(
+        ROUTES.map((route, r) => {
+          const ofRoute = after.filter((s) => s.index % ROUTES.length === r);
+          return [route, `${ofRoute.filter((s) => s.status !== 200).length} of ${ofRoute.length}`];
+        }),
+      );
+      expect(refused).toEqual(Object.fromEntries(ROUTES.map((route) => [route, expect.stringMatching(/^0 of \d+$/)])));
+    },
+  );
+});

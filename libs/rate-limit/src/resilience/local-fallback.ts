@@ -305,23 +305,36 @@ export class LocalFallback {
 
   /**
    * Whether a request Redis admitted still fits the shares this instance took of its windows while
-   * Redis was out; if so, it is counted there. A window the fallback decided stays within its
-   * shares until it ends: once Redis answers again, what it knows of that window is short of what
-   * the instances admitted meanwhile until each has recorded its units, and of the writes a
-   * failover lost; deciding on it alone let a client of a 10-unit rule through 1.3x on Cluster.
-   * Nothing to check (one comparison) unless a window with a share held is still running.
+   * Redis was out; if so, it is counted there (`shareRefusals`).
    */
   holdsShares(hits: readonly RateLimitHit[], now: number): boolean {
-    if (now >= this.heldUntil) return true;
+    return this.shareRefusals(hits, now) === undefined;
+  }
+
+  /**
+   * Undefined when a request Redis admitted still fits the shares this instance took of its windows
+   * while Redis was out, and is counted there; else, per hit, when the share that refuses it stops
+   * holding (undefined for the hits that fit). A window the fallback decided stays within its
+   * shares until it ends, or `SHARE_HOLD_MS` after the last local decision: once Redis answers
+   * again, what it knows of that window is short of what the instances admitted meanwhile until
+   * each has recorded its units, and of the writes a failover lost; deciding on it alone let a
+   * client of a 10-unit rule through 1.3x on Cluster. Nothing to check (one comparison) unless a
+   * window with a share held is still running.
+   */
+  shareRefusals(hits: readonly RateLimitHit[], now: number): (number | undefined)[] | undefined {
+    if (now >= this.heldUntil) return undefined;
     const windows = hits.map((hit) => {
       const seen = this.lastSeen.get(hit.key);
       return seen?.held !== undefined && seen.resetAt > now && seen.heldUntil! > now ? seen : undefined;
     });
-    if (!hits.every((hit, i) => !windows[i] || windows[i].admitted + hit.cost <= windows[i].held!)) return false;
+    const over = hits.map((hit, i) => windows[i] !== undefined && windows[i].admitted + hit.cost > windows[i].held!);
+    if (over.some(Boolean)) {
+      return windows.map((window, i) => (over[i] ? Math.min(window!.resetAt, window!.heldUntil!) : undefined));
+    }
     hits.forEach((hit, i) => {
       if (windows[i]) windows[i].admitted += hit.cost;
     });
-    return true;
+    return undefined;
   }
 
   /** Units admitted without reaching Redis, to record in the window they belong to (ending `until`). */

@@ -90,7 +90,8 @@ export class ResilientStore extends DecidingStore {
     if (fallback) {
       const at = now ?? Date.now();
       fallback.remember(hits, consumption, at);
-      if (consumption.allowed && !fallback.holdsShares(hits, at)) return this.refuseOverShare(hits, consumption);
+      const refusals = consumption.allowed ? fallback.shareRefusals(hits, at) : undefined;
+      if (refusals) return this.refuseOverShare(hits, consumption, refusals, at);
       if (fallback.hasPending && !this.recording) {
         const shards = new Set(hits.map((hit) => fallback.shardOf(hit.key)));
         if (fallback.hasPendingIn(shards)) {
@@ -108,20 +109,30 @@ export class ResilientStore extends DecidingStore {
    * held and the figures the lost-write check compares, just when they matter. Only an admission
    * in flight is ended (it announces nothing), or it would stay so for a window: a `countOn` rule's
    * units are refunded, a `settleCost` rule's claim ends with its reservation kept.
+   *
+   * Refused by the rules past their share, until that share stops holding (`refusals`), and by no
+   * other: the rest keep Redis's admission. A refusal reads as what it is, for a `Retry-After` and
+   * for the block cache, which keeps a refused key until the reset it reads: as the window's end,
+   * every rule of the request read as refused for the rest of its window (a minute of 429s for a
+   * client at 80% of the default, after a share of another rule ran out at a Redis restarted empty).
    */
-  private refuseOverShare(hits: readonly RateLimitHit[], consumption: RateLimitConsumption): RateLimitConsumption {
+  private refuseOverShare(
+    hits: readonly RateLimitHit[],
+    consumption: RateLimitConsumption,
+    refusals: readonly (number | undefined)[],
+    now: number,
+  ): RateLimitConsumption {
     const inFlight = hits.flatMap((hit, i) =>
       holdsInFlight(hit) ? [{ hit, receipt: consumption.receipts![i], refund: hit.conditional }] : [],
     );
     if (inFlight.length > 0) void this.store.settle(inFlight).catch(() => undefined);
     return {
       allowed: false,
-      decisions: consumption.decisions.map((decision) => ({
-        ...decision,
-        allowed: false,
-        remaining: 0,
-        resetMs: Math.max(decision.resetMs, 0),
-      })),
+      decisions: consumption.decisions.map((decision, i) => {
+        const until = refusals[i];
+        if (until === undefined) return decision;
+        return { ...decision, allowed: false, remaining: 0, resetMs: Math.max(0, Math.ceil(until - now)) };
+      }),
       receipts: undefined,
     };
   }
