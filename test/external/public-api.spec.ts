@@ -58,6 +58,8 @@ const ENTRIES: Record<string, { declarations: string; names: string[] }> = {
       'RateLimitRule',
       'RateLimitRuleRef',
       'RateLimitSettleCost',
+      'RateLimitRequestDecision',
+      'RateLimitCostReport',
       'RateLimitSkipIf',
       'RateLimitStoreErrorPolicy',
       'RateLimitTier',

@@ -36,6 +36,7 @@ export type { RateLimitAlgorithmName } from './algorithms/algorithm.js';
 // HTTP: the guard, the interceptor, the 429; the rejections of GraphQL and WebSocket.
 export { RateLimitGuard } from './http/rate-limit.guard.js';
 export { RateLimitInterceptor } from './http/rate-limit.interceptor.js';
+export type { RateLimitRequestDecision, RateLimitCostReport } from './http/request-cost-settlement.js';
 export {
   RateLimitException,
   type RateLimitExceptionBody,

@@ -1,9 +1,11 @@
 import { type CallHandler, type ExecutionContext, Injectable, type NestInterceptor } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
+import type { ServerResponse } from 'node:http';
 import { type Observable, finalize, tap } from 'rxjs';
 import { guardDeferredTo, outcomeOf } from './rate-limit.guard.js';
 import { RateLimiterService } from '../limiter/rate-limiter.service.js';
 import type { RateLimitOutcome } from '../limiter/rate-limit-outcome.js';
+import { type RateLimitRequestDecision, RequestCostSettlement } from './request-cost-settlement.js';
 import { invocationOf, transportOf } from '../transports/limited-context.js';
 
 /** Outcomes an interceptor settles, so that a second one on the same call does not settle again. */
@@ -63,9 +65,11 @@ export class RateLimitInterceptor implements NestInterceptor {
   /**
    * Settles what only the handler's outcome tells. `countOn` units of a GraphQL operation or a
    * WebSocket message: done (its result out) is a success; an error, or an end before the result
-   * (the client went, the stream was dropped), a failure. `settleCost` rules: their real cost, of
-   * the handler's result, once it is out; a handler that fails (or never ends) keeps the
-   * reservation, settled all the same to end its claim in flight.
+   * (the client went, the stream was dropped), a failure. `settleCost` rules: what the handler
+   * reported (`req.rateLimit`), else their real cost of the handler's result; a handler that fails
+   * (or never ends) keeps the reservation, settled all the same to end its claim in flight. Over
+   * HTTP, once the response has ended too: a stream (`@Sse()`, or piped with `@Res()`) is settled
+   * when it ends, fails or its client leaves, not at the handler's return.
    */
   private settledByHandler(
     outcome: RateLimitOutcome,
@@ -77,16 +81,22 @@ export class RateLimitInterceptor implements NestInterceptor {
     this.limiter ??= this.moduleRef.get(RateLimiterService, { strict: false });
     const limiter = this.limiter!;
     let settled = !countOn;
-    let costsSettled = !costs;
+    const settlement = costs ? new RequestCostSettlement(outcome, limiter, context) : undefined;
+    const http = transportOf(context) === 'http';
+    // The handler's own say in it: `req.rateLimit`.
+    if (settlement && http) (invocationOf(context) as { rateLimit?: RateLimitRequestDecision }).rateLimit = settlement;
+    const costsSettled = settlement && (http ? whenResponseEnds(context) : undefined);
+    let ended = false;
     /** @param done the handler's result; none when it failed or never ended. */
     const settle = (done?: { result: unknown }) => {
       if (!settled) {
         settled = true;
         void limiter.settle(outcome, done !== undefined);
       }
-      if (!costsSettled) {
-        costsSettled = true;
-        void this.settleCosts(limiter, outcome, done, context);
+      if (settlement && !ended) {
+        ended = true;
+        if (costsSettled) void costsSettled.then(() => settlement.ended(done));
+        else void settlement.ended(done);
       }
     };
     let result: unknown;
@@ -99,27 +109,21 @@ export class RateLimitInterceptor implements NestInterceptor {
       finalize(() => settle()),
     );
   }
+}
 
-  /** Each `settleCost` rule's real cost of the result (or its reservation), then one settlement for all. */
-  private async settleCosts(
-    limiter: RateLimiterService,
-    outcome: RateLimitOutcome,
-    done: { result: unknown } | undefined,
-    context: ExecutionContext,
-  ): Promise<void> {
-    const actual: Record<string, number> = {};
-    for (const { rule, refund } of outcome.reserved) {
-      if (!done) {
-        actual[rule.name] = refund.hit.cost;
-        continue;
-      }
-      try {
-        actual[rule.name] = await rule.settleCost!(done.result, context);
-      } catch {
-        // Kept as reserved; the limiter says an invalid cost once, and this is one.
-        actual[rule.name] = Number.NaN;
-      }
-    }
-    await limiter.settleCost(outcome, actual);
-  }
+/** Resolves once the HTTP response has been sent, or closed before (its client left, its stream failed). */
+function whenResponseEnds(context: ExecutionContext): Promise<void> {
+  // Express hands us the Node response; Fastify a reply wrapping it as `raw`.
+  const response = context.getArgByIndex<{ raw?: ServerResponse } & ServerResponse>(1);
+  const raw = response.raw ?? response;
+  if (raw.writableFinished || raw.destroyed) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      raw.off('finish', done);
+      raw.off('close', done);
+      resolve();
+    };
+    raw.once('finish', done);
+    raw.once('close', done);
+  });
 }

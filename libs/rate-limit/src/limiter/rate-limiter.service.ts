@@ -18,10 +18,11 @@ import { DecidingStore, type ResilientConsumption } from '../resilience/deciding
 import { LeasingStore } from '../resilience/leasing.store.js';
 import { RateLimitRuleRegistry, type RateLimitRuleRef } from '../rules/rate-limit-rule.registry.js';
 import { RateLimitConfigurationError, type RateLimitRule } from '../rules/rate-limit-rule.js';
-import { type RateLimitHit, type RateLimitSettlement, capacityOf, holdsInFlight } from '../store/rate-limit-store.js';
+import { type RateLimitHit, capacityOf } from '../store/rate-limit-store.js';
 import type { AllowList } from '../rules/allow-list.js';
 import type { RateLimitInspection } from './rate-limit-inspection.js';
 import { CountOnWaits } from './count-on-waits.js';
+import { CostSettlement } from './cost-settlement.js';
 import { consumeEnforced } from './shadow-rules.js';
 import { clientAddressIdentity, clientOf } from '../transports/limited-context.js';
 import { HitPreparation, type PreparedRule, Warnings } from './prepare-hits.js';
@@ -49,6 +50,8 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   private readonly countOn: CountOnWaits;
   private readonly exemptionProblems = new ExemptionProblems();
   private readonly warnings = new Warnings();
+  /** Made by the first outcome that reserved units (`settleCost`). */
+  private costs: CostSettlement | undefined;
   /** Bans and per-identity overrides, when the config centre keeps them (a live one). */
   private readonly controls: IdentityControls | undefined;
   private readonly clock: () => number;
@@ -342,43 +345,10 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
    * await limiter.settleCost(outcome, answer.usage.totalTokens);
    * ```
    */
-  async settleCost(outcome: RateLimitOutcome, actual: number | Readonly<Record<string, number>>): Promise<void> {
-    const { reserved } = outcome;
-    if (reserved.length === 0) return;
-    // Each ends its claim in flight: a refund, or the reservation kept, by `settle`; a charge by itself.
-    const settlements: RateLimitSettlement[] = [];
-    const charges: RateLimitHit[] = [];
-    for (const { rule, refund } of reserved) {
-      const { hit, receipt } = refund;
-      let units = typeof actual === 'number' ? actual : actual[rule.name];
-      if (!Number.isSafeInteger(units) || units < 0) {
-        this.warnings.once(
-          `settleCost:${rule.declaredOn}:${rule.name}`,
-          `@RateLimit on ${rule.declaredOn}: the cost settled (${String(units)}) is not a whole number >= 0 (or settleCost threw); the reservation of ${hit.cost} stays`,
-        );
-        units = hit.cost;
-      } else if (hit.overdraftBound !== undefined && units > hit.cost + hit.overdraftBound) {
-        this.warnings.once(
-          `maxCost:${rule.declaredOn}:${rule.name}`,
-          `@RateLimit on ${rule.declaredOn}: a request cost ${units}, more than it was held at (its maxCost, or its reservation where that was more: ${hit.cost + hit.overdraftBound}); charged in full, but requests in flight together may overdraw the budget by more than one request's overdraft`,
-        );
-      }
-      const difference = units - hit.cost;
-      if (difference > 0) charges.push({ ...hit, cost: difference, settles: receipt.nonce });
-      // Exactly the reservation, and no claim to end: nothing to tell the store.
-      else if (difference < 0 || holdsInFlight(hit)) {
-        settlements.push({ hit: { ...hit, cost: -difference }, receipt, refund: difference < 0 });
-      }
-    }
-    try {
-      await Promise.all([
-        settlements.length > 0 ? this.store.settle(settlements) : undefined,
-        charges.length > 0 ? this.store.charge(charges, this.now()) : undefined,
-      ]);
-    } catch (error) {
-      const reason = describeError(error);
-      this.problems.report(`settleCost:${reason}`, `Settling costs failed (${reason}); the reservations stay counted`);
-    }
+  settleCost(outcome: RateLimitOutcome, actual: number | Readonly<Record<string, number>>): Promise<void> {
+    if (outcome.reserved.length === 0) return Promise.resolve();
+    this.costs ??= new CostSettlement(this.store, this.problems, this.warnings, () => this.now());
+    return this.costs.settle(outcome, actual);
   }
 
   /**

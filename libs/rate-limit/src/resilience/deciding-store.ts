@@ -1,6 +1,7 @@
 import type {
   RateLimitConsumption,
   RateLimitHit,
+  RateLimitRefund,
   RateLimitSettlement,
   RateLimitStanding,
 } from '../store/rate-limit-store.js';
@@ -72,9 +73,10 @@ export abstract class DecidingStore {
   abstract settle(settlements: readonly RateLimitSettlement[]): Promise<void>;
   /**
    * Counts units past any limit, deciding nothing: what requests cost beyond what they reserved
-   * (`settleCost`). Rejects when the store fails.
+   * (`settleCost`), each hit's `cost` the overdraft of the admission its receipt names, whose
+   * claim in flight ends with it. Rejects when the store fails.
    */
-  abstract charge(hits: readonly RateLimitHit[], now: number | undefined): Promise<void>;
+  abstract charge(charges: readonly RateLimitRefund[], now: number | undefined): Promise<void>;
   /** The store's own reading: an operator's question, answered by the store or not at all. */
   abstract inspect(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitStanding[]>;
   /** Forgets the keys in every layer, then in the store. */
@@ -105,8 +107,8 @@ export abstract class DecidingStoreLayer extends DecidingStore {
     return this.inner.settle(settlements);
   }
 
-  charge(hits: readonly RateLimitHit[], now: number | undefined): Promise<void> {
-    return this.inner.charge(hits, now);
+  charge(charges: readonly RateLimitRefund[], now: number | undefined): Promise<void> {
+    return this.inner.charge(charges, now);
   }
 
   inspect(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitStanding[]> {

@@ -1,6 +1,7 @@
 import { LRUCache } from 'lru-cache';
 import { LOCAL_FALLBACK_BOUND, SLOW_REDIS_BOUND } from '../module/defaults.js';
 import { type RateLimitConsumption, type RateLimitHit, committedUnits } from '../store/rate-limit-store.js';
+import { type FallbackReceipt, fallbackReceipts } from './fallback-receipt.js';
 
 export interface LocalFallbackOptions {
   /** How many instances share the store, as last counted (undefined: not known). */
@@ -299,8 +300,41 @@ export class LocalFallback {
           resetMs: Math.max(window.resetAt, window.blockedUntil) - now,
         };
       }),
-      receipts: undefined,
+      // A `settleCost` admission's, so that its real cost is counted here too (`settled`).
+      receipts: allowed
+        ? fallbackReceipts(
+            hits,
+            windows.map((window) => window.resetAt),
+            recorded,
+            now,
+          )
+        : undefined,
     };
+  }
+
+  /**
+   * A `settleCost` admission decided here cost `units` more than it reserved (fewer, if negative):
+   * counted in its window here, and with the units to record in the store. An overdraft is
+   * recorded whatever became of the reservation (the store never heard of it); a refund comes off
+   * only a reservation that waits to be recorded, while it waits (one recorded, or that may have
+   * run in the store, stays counted: the safe side).
+   */
+  settled(hit: RateLimitHit, units: number, receipt: FallbackReceipt, now: number): void {
+    const { windowEndsAt } = receipt;
+    const seen = this.lastSeen.get(hit.key);
+    if (seen && Math.abs(seen.resetAt - windowEndsAt) <= WINDOW_MATCH_MS) {
+      seen.admitted = Math.max(0, seen.admitted + units);
+    }
+    if (windowEndsAt <= now || units === 0) return;
+    if (units > 0) {
+      this.addPending({ ...hit, cost: units }, windowEndsAt, now);
+      return;
+    }
+    const pending = receipt.recorded ? this.pending.get(hit.key) : undefined;
+    if (!pending || pending.until <= now) return;
+    const left = pending.hit.cost + units;
+    if (left > 0) pending.hit = { ...pending.hit, cost: left };
+    else this.pending.delete(hit.key);
   }
 
   /**

@@ -4,6 +4,8 @@ import {
   type RateLimitConsumption,
   type RateLimitDecision,
   type RateLimitHit,
+  type RateLimitReceipt,
+  type RateLimitRefund,
   type RateLimitStanding,
   type RateLimitSettlement,
   type RateLimitStore,
@@ -11,6 +13,7 @@ import {
   unaskedDecision,
 } from '../store/rate-limit-store.js';
 import { DecidingStore, type HitHandling, type ResilientConsumption, type StoreObserver } from './deciding-store.js';
+import { settleFallbackAdmissions } from './fallback-receipt.js';
 import { LocalFallback, type LocalFallbackOptions } from './local-fallback.js';
 import type { RateLimitStoreErrorPolicy } from './store-error-policy.js';
 
@@ -150,13 +153,34 @@ export class ResilientStore extends DecidingStore {
     }
   }
 
-  /** Only admissions in flight (`countOn`, `settleCost`) are settled here, and no layer keeps any of theirs. */
+  /**
+   * Only admissions in flight (`countOn`, `settleCost`) are settled here, and no layer keeps any of
+   * theirs. Those the fallback decided are settled in it (`LocalFallback.settled`).
+   */
   settle(settlements: readonly RateLimitSettlement[]): Promise<void> {
-    return this.store.settle(settlements);
+    const stored = this.settledLocally(settlements, (each) => (each.refund ? -each.hit.cost : 0));
+    return stored.length > 0 ? this.store.settle(stored) : Promise.resolve();
   }
 
-  charge(hits: readonly RateLimitHit[], now: number | undefined): Promise<void> {
-    return this.store.record(hits, now);
+  charge(charges: readonly RateLimitRefund[], now: number | undefined): Promise<void> {
+    const stored = this.settledLocally(charges, (each) => each.hit.cost, now);
+    if (stored.length === 0) return Promise.resolve();
+    return this.store.record(
+      stored.map(({ hit, receipt }) => ({ ...hit, settles: receipt.nonce })),
+      now,
+    );
+  }
+
+  /** Settles in the fallback what it admitted; returns the rest, for the store. */
+  private settledLocally<T extends RateLimitRefund>(
+    settlements: readonly T[],
+    units: (settlement: T) => number,
+    now?: number,
+  ): readonly T[] {
+    const { fallback } = this;
+    if (!fallback) return settlements;
+    const at = now ?? Date.now();
+    return settleFallbackAdmissions(settlements, units, (hit, n, receipt) => fallback.settled(hit, n, receipt, at));
   }
 
   inspect(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitStanding[]> {
@@ -232,7 +256,12 @@ export class ResilientStore extends DecidingStore {
         ? { allowed: policies[i] !== 'deny' && allowed, limit: hit.limit, remaining: 0, resetMs: STORE_ERROR_RETRY_MS }
         : unaskedDecision(hit);
     });
-    return { allowed, decisions, receipts: undefined, storeError: policyOf(policies), failure: error };
+    // A `settleCost` admission the fallback decided settles there: its receipts, where each hit is.
+    const receipts =
+      allowed && local?.receipts
+        ? hits.map((_, i): RateLimitReceipt => local.receipts![localIndices.indexOf(i)])
+        : undefined;
+    return { allowed, decisions, receipts, storeError: policyOf(policies), failure: error };
   }
 
   /**

@@ -1,0 +1,62 @@
+import { describeError } from '../logging/describe-error.js';
+import type { StoreProblemLog } from '../logging/store-problem-log.js';
+import type { DecidingStore } from '../resilience/deciding-store.js';
+import { type RateLimitRefund, type RateLimitSettlement, holdsInFlight } from '../store/rate-limit-store.js';
+import type { Warnings } from './prepare-hits.js';
+import type { RateLimitOutcome } from './rate-limit-outcome.js';
+
+/**
+ * Settles what a request really cost under its rules with `settleCost`
+ * (`RateLimiterService.settleCost`): taken only by outcomes that reserved units, so other requests
+ * never reach it. Each rule's reservation against the real cost: less is refunded, more charged
+ * past the limit if need be, in the call that ends the admission's claim in flight. Where the
+ * local fallback admitted the request (the store out), the store layers settle it there.
+ */
+export class CostSettlement {
+  constructor(
+    private readonly store: DecidingStore,
+    private readonly problems: StoreProblemLog,
+    private readonly warnings: Warnings,
+    private readonly now: () => number | undefined,
+  ) {}
+
+  /** Never throws: a failed call leaves the reservations counted (logged), an invalid cost too (said once). */
+  async settle(outcome: RateLimitOutcome, actual: number | Readonly<Record<string, number>>): Promise<void> {
+    const { reserved } = outcome;
+    if (reserved.length === 0) return;
+    // Each ends its claim in flight: a refund, or the reservation kept, by `settle`; a charge by itself.
+    const settlements: RateLimitSettlement[] = [];
+    const charges: RateLimitRefund[] = [];
+    for (const { rule, refund } of reserved) {
+      const { hit, receipt } = refund;
+      let units = typeof actual === 'number' ? actual : actual[rule.name];
+      if (!Number.isSafeInteger(units) || units < 0) {
+        this.warnings.once(
+          `settleCost:${rule.declaredOn}:${rule.name}`,
+          `@RateLimit on ${rule.declaredOn}: the cost settled (${String(units)}) is not a whole number >= 0 (or settleCost threw); the reservation of ${hit.cost} stays`,
+        );
+        units = hit.cost;
+      } else if (hit.overdraftBound !== undefined && units > hit.cost + hit.overdraftBound) {
+        this.warnings.once(
+          `maxCost:${rule.declaredOn}:${rule.name}`,
+          `@RateLimit on ${rule.declaredOn}: a request cost ${units}, more than it was held at (its maxCost, or its reservation where that was more: ${hit.cost + hit.overdraftBound}); charged in full, but requests in flight together may overdraw the budget by more than one request's overdraft`,
+        );
+      }
+      const difference = units - hit.cost;
+      if (difference > 0) charges.push({ hit: { ...hit, cost: difference }, receipt });
+      // Exactly the reservation, and no claim to end: nothing to tell the store.
+      else if (difference < 0 || holdsInFlight(hit)) {
+        settlements.push({ hit: { ...hit, cost: -difference }, receipt, refund: difference < 0 });
+      }
+    }
+    try {
+      await Promise.all([
+        settlements.length > 0 ? this.store.settle(settlements) : undefined,
+        charges.length > 0 ? this.store.charge(charges, this.now()) : undefined,
+      ]);
+    } catch (error) {
+      const reason = describeError(error);
+      this.problems.report(`settleCost:${reason}`, `Settling costs failed (${reason}); the reservations stay counted`);
+    }
+  }
+}
