@@ -212,6 +212,40 @@ describeStoresAndPlatforms('settleCost: the real cost settled after the handler'
   });
 });
 
+describeStoresAndPlatforms('settleCost: the headers describe the budget', (store, platform) => {
+  let app: INestApplication | undefined;
+  afterEach(async () => {
+    await app?.close();
+    app = undefined;
+  });
+
+  it("report the token budget, not a default's count of requests, until that count has nothing left", async () => {
+    // A default of 3 requests a minute per address beside the budget of 1,000 tokens per tenant.
+    app = await createTestApp({
+      platform,
+      controllers: [CompletionsController],
+      rateLimit: {
+        redis: await store.redis(),
+        keyPrefix: uniquePrefix(),
+        defaults: [{ name: 'per-address', count: 3, window: '1m' }],
+      },
+    });
+    const post = () =>
+      request(app!.getHttpServer()).post('/completions').send({ tenant: 'acme', estimate: 50, uses: 50 });
+    const reported = (response: request.Response) =>
+      ['ratelimit-limit', 'ratelimit-remaining'].map((name) => response.headers[name] as string | undefined);
+    const first = await post().expect(201);
+    expect(reported(first)).toEqual(['1000', '950']);
+    const second = await post().expect(201);
+    expect(reported(second)).toEqual(['1000', '900']);
+    // The default's last request: the next one is refused by it, and the headers say so.
+    const third = await post().expect(201);
+    expect(reported(third)).toEqual(['3', '0']);
+    const refused = await post().expect(429);
+    expect(reported(refused)).toEqual(['3', '0']);
+  });
+});
+
 @Controller()
 class MixedController {
   @Get('plain')

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { Controller, Get, type INestApplication } from '@nestjs/common';
 import { RateLimit, RateLimiterService } from 'nest-rate-limit';
 import { RateLimitManagementService, RedisConfigCentre } from 'nest-rate-limit/live';
@@ -119,6 +120,15 @@ describe('Prometheus metrics', () => {
     expect(value(samples, 'rate_limit_config_in_sync')).toBe(1);
     expect(value(samples, 'rate_limit_config_reloads_total')).toBeGreaterThanOrEqual(1);
     expect(value(samples, 'rate_limit_config_refused_total')).toBe(0);
+  });
+
+  it('registers the metrics docs/operations.md lists, and no other', async () => {
+    const registry = new Registry();
+    await start(registry);
+    const operations = readFileSync(new URL('../../docs/operations.md', import.meta.url), 'utf8');
+    const documented = [...operations.matchAll(/^\| `(rate_limit_\w+)`/gm)].map(([, name]) => name);
+    const registered = registry.getMetricsAsArray().map((metric) => (metric as unknown as { name: string }).name);
+    expect([...documented].sort()).toEqual([...registered].sort());
   });
 
   it('has every declared rule with every outcome, and every error kind, at 0 before any traffic', async () => {

@@ -120,7 +120,7 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
   /**
    * For `RateLimitInterceptor`: decides a handler's rules that wait for the app's guards. Resolves
    * true when admitted (or when they are decided already); throws the rejection otherwise. The
-   * request's outcome is then both parts': the headers report the tightest rule of either.
+   * request's outcome is then both parts': the headers report a rule of either (`bothParts`).
    * @internal
    */
   decideAfterGuards(context: ExecutionContext): Promise<boolean> {

@@ -44,8 +44,9 @@ export interface RateLimitNearLimitEvent {
 export interface RateLimitOutcome {
   decisions: readonly RuleDecision[];
   /**
-   * The decision that sets the headers: the rejecting rule with the longest wait, else the tightest
-   * rule the store decided (none when the fallback decided every rule of an admitted request).
+   * The decision that sets the headers: the rejecting rule with the longest wait; else, of the rules
+   * the store decided, one with nothing left, then a `settleCost` rule's budget, then the tightest
+   * (none when the fallback decided every rule of an admitted request).
    */
   reported: RuleDecision | undefined;
   allowed: boolean;
@@ -73,7 +74,7 @@ export interface ConditionalUnits {
   refund: RateLimitRefund;
 }
 
-/** Picks the decision the headers report: the rejecting rule with the longest wait, else the tightest rule. */
+/** Picks the decision the headers report: the rejecting rule with the longest wait, else the one `reportsBefore` the others. */
 export function rateLimitOutcome(
   decisions: readonly RuleDecision[],
   allowed: boolean,
@@ -86,7 +87,7 @@ export function rateLimitOutcome(
     if ((decision.fallback && allowed) || decision.mode === 'shadow') continue;
     if (!allowed) {
       if (!decision.allowed && (!reported || decision.resetMs > reported.resetMs)) reported = decision;
-    } else if (!reported || tighter(decision, reported)) {
+    } else if (!reported || reportsBefore(decision, reported)) {
       reported = decision;
     }
   }
@@ -97,8 +98,8 @@ export function rateLimitOutcome(
 
 /**
  * A request decided in two parts, before the app's guards and after them (each part one store
- * call): one outcome whose headers report the tightest rule of both. Only the second part's units
- * are left to settle: the first part's were armed when it was decided.
+ * call): one outcome whose headers report a rule of either, picked as for one part. Only the
+ * second part's units are left to settle: the first part's were armed when it was decided.
  */
 export function bothParts(first: RateLimitOutcome, second: RateLimitOutcome): RateLimitOutcome {
   if (second.banned || first.decisions.length === 0) return second;
@@ -108,6 +109,24 @@ export function bothParts(first: RateLimitOutcome, second: RateLimitOutcome): Ra
 
 /** The `reserved` of nearly every outcome: no rule with `settleCost`. */
 export const NO_RESERVED_UNITS: readonly ReservedUnits[] = Object.freeze([]);
+
+/**
+ * Of two rules that admitted a request, whether `a` is the one its headers report rather than `b`.
+ * A `settleCost` rule's budget comes before counts of requests: such a request spends its units (an
+ * LLM call's tokens), which the client meters itself against, and a default beside it (300 requests
+ * a minute per address) would otherwise always look tighter by its smaller numbers. A rule with
+ * nothing left comes first all the same: it refuses the next request, and the headers say so.
+ */
+function reportsBefore(a: RuleDecision, b: RuleDecision): boolean {
+  const rankA = reportRank(a);
+  const rankB = reportRank(b);
+  return rankA < rankB || (rankA === rankB && tighter(a, b));
+}
+
+function reportRank(decision: RuleDecision): number {
+  if (decision.remaining === 0) return 0;
+  return decision.rule.settleCost === undefined ? 2 : 1;
+}
 
 function tighter(a: RuleDecision, b: RuleDecision): boolean {
   return a.remaining < b.remaining || (a.remaining === b.remaining && a.resetMs > b.resetMs);
