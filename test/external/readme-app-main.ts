@@ -26,7 +26,8 @@ interface Response {
 }
 
 async function bootstrap() {
-  const app = await NestFactory.create(PlansAppModule);
+  // abortOnError off: a provider that app.get cannot find is an error to answer with, not an exit.
+  const app = await NestFactory.create(PlansAppModule, { abortOnError: false });
   const express = app.getHttpAdapter().getInstance() as { set(setting: string, value: unknown): void };
   express.set('trust proxy', 1);
   app.use((req: Request, _res: Response, next: () => void) => {

@@ -53,9 +53,14 @@ describe('the README’s plans app, started on the packed package against Redis'
     ...(customer ? { 'x-customer': customer } : {}),
     ...(address ? { 'x-forwarded-for': address } : {}),
   });
-  const get = (path: string, from: From = {}) => fetch(`${app.url}${path}`, { headers: headersOf(from) });
+  /** A request to the app; one it never answers fails with what the app wrote. */
+  const send = (path: string, init: RequestInit) =>
+    fetch(`${app.url}${path}`, init).catch((error: Error) => {
+      throw new Error(`${init.method ?? 'GET'} ${path}: ${error.message}; the app wrote:\n${app.output()}`);
+    });
+  const get = (path: string, from: From = {}) => send(path, { headers: headersOf(from) });
   const post = (path: string, body: unknown, from: From = {}) =>
-    fetch(`${app.url}${path}`, {
+    send(path, {
       method: 'POST',
       headers: { ...headersOf(from), 'content-type': 'application/json' },
       body: JSON.stringify(body),
