@@ -1,44 +1,30 @@
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { connect } from 'node:net';
+import type { ChildProcess } from 'node:child_process';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { until } from '../support/poll.js';
-import { type RedisServer, freePort, startRedisServer } from '../support/redis-server.js';
-import { PACKAGE, ROOT, copyPackage } from './package-copy.js';
+import { type RedisServer, startRedisServer } from '../support/redis-server.js';
+import {
+  type Flavour,
+  type Installs,
+  boot,
+  compile,
+  createApp,
+  exited,
+  installed,
+  packPackage,
+  pinned,
+  readmeSources,
+  run,
+} from './consumer-app.js';
+import { ROOT } from './package-copy.js';
 
 /**
- * The package as a user gets it: built, packed with `npm pack`, installed from the tarball into a
- * fresh app outside the repository with plain `npm install` commands (never `--legacy-peer-deps`
- * or `--force`), compiled with plain `tsc`, booted with `node`. The app's sources are the README's
- * own code blocks (each that starts with a `// src/<file>.ts` line), so the README can never show
- * code that does not compile or does not work.
+ * The package as a user gets it (see consumer-app.ts), in fresh ESM and CommonJS apps: installed
+ * with the README's own commands, compiled from the README's own blocks, booted, limiting.
  */
 
-const run = promisify(execFile);
-const rootManifest = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as {
-  dependencies: Record<string, string>;
-  devDependencies: Record<string, string>;
-};
-/** The versions the repository is tested with: what the consumer apps install next to the package. */
-const version = (name: string) => rootManifest.dependencies[name] ?? rootManifest.devDependencies[name];
 /** The oldest ioredis the package's peer range admits, for the app on ioredis 5. */
 const IOREDIS_5 = '5.4.0';
-
-/** The README's `// src/<file>.ts` blocks, by file name. */
-function readmeSources(): Map<string, string> {
-  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-  const sources = new Map<string, string>();
-  for (const [, code, file] of readme.matchAll(/```ts\n(\/\/ (src\/\S+\.ts)\n[\s\S]*?)```/g)) sources.set(file, code);
-  return sources;
-}
-
-type Flavour = 'esm' | 'commonjs';
-
-/** `npm install` arguments, one list per command, run one after another as a user would. */
-type Installs = readonly (readonly string[])[];
 
 /** The README's `npm install` commands (in its Install section), each as the packages it names. */
 function readmeInstalls(): string[][] {
@@ -53,167 +39,22 @@ function readmeInstalls(): string[][] {
   );
 }
 
-/** The packages of a README command as the test installs them: the tarball, and the versions the repository is tested with. */
-function pinned(packages: readonly string[], tarball: string, ioredis = version('ioredis')): string[] {
-  return packages.map((name) => {
-    if (name === 'nest-rate-limit') return tarball;
-    return `${name}@${name === 'ioredis' ? ioredis : version(name)}`;
-  });
-}
-
 /** The README's blocks an app on the package alone compiles: they import nothing but the package's front door. */
 const CORE_SOURCES = ['src/app.module.ts', 'src/main.ts'];
 
-/**
- * A fresh app in its own folder, shaped like the Nest CLI's starter (what `nest new` depends on),
- * in ESM or CommonJS, then the given `npm install` commands. Its sources are the README's blocks
- * (`only`: those of these files), and a `health-main.ts` that boots the README's health module.
- */
-async function createApp(
-  flavour: Flavour,
-  installs: Installs,
-  dirs: string[],
-  { only, skipLibCheck = false }: { only?: readonly string[]; skipLibCheck?: boolean } = {},
-): Promise<string> {
-  const dir = mkdtempSync(join(tmpdir(), `rl-consumer-${flavour}-`));
-  // Removed after the suite even when an install below fails.
-  dirs.push(dir);
-  const manifest = {
-    name: `consumer-${flavour}`,
-    private: true,
-    ...(flavour === 'esm' ? { type: 'module' } : {}),
-    dependencies: Object.fromEntries(
-      ['@nestjs/common', '@nestjs/core', '@nestjs/platform-express', 'reflect-metadata', 'rxjs'].map((name) => [
-        name,
-        version(name),
-      ]),
-    ),
-    devDependencies: { typescript: version('typescript'), '@types/node': version('@types/node') },
-  };
-  writeFileSync(join(dir, 'package.json'), JSON.stringify(manifest, null, 2));
-  writeFileSync(
-    join(dir, 'tsconfig.json'),
-    JSON.stringify(
-      {
-        compilerOptions: {
-          module: 'nodenext',
-          moduleResolution: 'nodenext',
-          target: 'es2023',
-          types: ['node'],
-          experimentalDecorators: true,
-          emitDecoratorMetadata: true,
-          strict: true,
-          skipLibCheck,
-          outDir: 'dist',
-          rootDir: 'src',
-        },
-        include: ['src'],
-      },
-      null,
-      2,
-    ),
-  );
-  mkdirSync(join(dir, 'src'));
+/** The README's health module, booted as the README's main.ts boots the app module. */
+function healthMain(): Record<string, string> {
   const sources = readmeSources();
   // The app boots from these; the README's other blocks are compiled with them.
   expect([...sources.keys()]).toEqual(
     expect.arrayContaining(['src/app.module.ts', 'src/main.ts', 'src/health.module.ts']),
   );
-  for (const [file, code] of sources) if (!only || only.includes(file)) writeFileSync(join(dir, file), code);
-  // The README's health module, booted as main.ts boots the app module.
-  if (!only)
-    writeFileSync(
-      join(dir, 'src/health-main.ts'),
-      sources
-        .get('src/main.ts')!
-        .replace(
-          "import { AppModule } from './app.module.js';",
-          "import { HealthAppModule } from './health.module.js';",
-        )
-        .replace('NestFactory.create(AppModule)', 'NestFactory.create(HealthAppModule)'),
-    );
-  for (const packages of installs) {
-    // From npm's cache when it has them (CI's `npm ci` filled it), else from the registry. A failed
-    // command (an ERESOLVE) rejects with npm's output.
-    await run('npm', ['install', ...packages, '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'], {
-      cwd: dir,
-    });
-  }
-  return dir;
-}
-
-/** `tsc` in the app, failing with its output. */
-async function compile(dir: string): Promise<void> {
-  await run(join(dir, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.json'], { cwd: dir }).catch(
-    (error: { stdout?: string }) => {
-      throw new Error(`tsc failed:\n${error.stdout}`);
-    },
-  );
-}
-
-/** The version of a package the app has installed. */
-function installed(dir: string, name: string): string {
-  return (JSON.parse(readFileSync(join(dir, 'node_modules', name, 'package.json'), 'utf8')) as { version: string })
-    .version;
-}
-
-/** `node dist/main.js` (or another entry) on a free port; resolves once it answers. */
-async function boot(
-  dir: string,
-  env: Record<string, string>,
-  entry = 'dist/main.js',
-): Promise<{ url: string; process: ChildProcess }> {
-  const port = await freePort();
-  const child = spawn(process.execPath, [entry], {
-    cwd: dir,
-    env: { ...process.env, ...env, PORT: String(port) },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  await new Promise<void>((resolve, reject) => {
-    const onData = () => {
-      if (output.includes('Nest application successfully started')) resolve();
-    };
-    child.stdout!.on('data', onData);
-    child.once('exit', (code) => reject(new Error(`the app exited with ${code}:\n${output}`)));
-  });
-  // The start-up line can come just before the socket accepts: wait until it does (bounded).
-  await until(() => accepts(port), {
-    timeoutMs: 2_000,
-    intervalMs: 20,
-    what: `the app accepting connections on ${port}`,
-  }).catch((error: Error) => {
-    throw new Error(`${error.message}:\n${output}`);
-  });
-  return { url: `http://127.0.0.1:${port}`, process: child };
-}
-
-/** `node dist/main.js` expected to stop by itself: its exit code and output. */
-async function exited(dir: string, env: Record<string, string>): Promise<{ code: number | null; output: string }> {
-  const child = spawn(process.execPath, ['dist/main.js'], {
-    cwd: dir,
-    env: { ...process.env, ...env, PORT: String(await freePort()) },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
-  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
-  clearTimeout(timer);
-  return { code, output };
-}
-
-function accepts(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect(port, '127.0.0.1', () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once('error', () => resolve(false));
-  });
+  return {
+    'src/health-main.ts': sources
+      .get('src/main.ts')!
+      .replace("import { AppModule } from './app.module.js';", "import { HealthAppModule } from './health.module.js';")
+      .replace('NestFactory.create(AppModule)', 'NestFactory.create(HealthAppModule)'),
+  };
 }
 
 describe('the packed package in fresh apps outside the repository', () => {
@@ -224,23 +65,7 @@ describe('the packed package in fresh apps outside the repository', () => {
   const processes: ChildProcess[] = [];
 
   beforeAll(async () => {
-    // Built and packed from a copy, so that suites building the repository's own dist/ at the same
-    // time (the overload test builds the demo) never see it half-written.
-    packDir = mkdtempSync(join(tmpdir(), 'rl-pack-'));
-    const copy = join(packDir, 'package');
-    mkdirSync(copy);
-    // What the package's prepack adds: the README and the docs it links to, their links made to work.
-    await copyPackage(copy);
-    const tsc = join(ROOT, 'node_modules/.bin/tsc');
-    await run(tsc, ['-p', join(PACKAGE, 'tsconfig.build.json'), '--outDir', join(copy, 'dist')]);
-    // The commands import the package by its name; `npm run typecheck` checks them, and here they are
-    // only emitted (checked, they would be read against the repository's dist/, not this one).
-    await run(tsc, ['-p', join(PACKAGE, 'tsconfig.bin.json'), '--outDir', join(copy, 'dist/bin'), '--noCheck']);
-    await run('npm', ['pack', '--ignore-scripts', '--pack-destination', packDir, '--loglevel=error'], { cwd: copy });
-    tarball = join(
-      packDir,
-      readdirSync(packDir).find((file) => file.endsWith('.tgz'))!,
-    );
+    ({ packDir, tarball } = await packPackage());
     redis = await startRedisServer();
   }, 120_000);
 
@@ -307,7 +132,7 @@ describe('the packed package in fresh apps outside the repository', () => {
     '%s: a %s app installs with plain npm install; on the %s store the README code compiles with tsc, boots, limits (200, 200, 200, 429 with Retry-After) and reports its health and metrics',
     { timeout: 240_000 },
     async (_, flavour, store, installs) => {
-      const dir = await createApp(flavour, installs(tarball), dirs);
+      const dir = await createApp(flavour, installs(tarball), dirs, { extra: healthMain() });
       if (installs(tarball).some((packages) => packages.includes(`ioredis@${IOREDIS_5}`))) {
         expect(installed(dir, 'ioredis')).toBe(IOREDIS_5);
       }
