@@ -30,8 +30,9 @@ const admittedIn = ({ replicated, unreplicated, whileOut, after }: LossyFailover
  * instance limiting a route to 20 an hour, by one counter; 8 admissions replicated, the replica of
  * the counter's shard cut off from its master for good, 10 admitted on the master alone, the master
  * killed, and the Cluster promotes the replica, which lacks them. Then twice the limit offered in
- * the same window. Asserted per case: what failure-modes.md documents, the window held to its limit
- * (one instance: the fallback's share is what is left of the limit), with no 5xx.
+ * the same window, with the route offered or not while the shard has no master. Asserted: what
+ * failure-modes.md documents, the window held to its limit (one instance: the fallback's share is
+ * what is left of the limit), with no 5xx.
  */
 describe('a Cluster failover that loses the last writes', () => {
   const figures: Figures[] = [];
@@ -89,15 +90,15 @@ describe('a Cluster failover that loses the last writes', () => {
     return loss;
   }
 
-  it('the lost-write check holds the window to its limit, whether the fallback decided part of it or not', async () => {
+  it('the window admits its limit, no more: by the lost-write check, and by the share the fallback took when it decided part of it', async () => {
     // Each case on a Cluster of its own, side by side.
     const [alone, withFallback] = await Promise.all([failover('not offered'), failover('offered')]);
-    // Nothing offered while out: the check decides on the count it saw, and admits the limit, no more.
+    // Nothing offered while out: the check alone decides on the count it saw (without it, 30).
     expect(alone.replicated.count(200) + alone.unreplicated.count(200)).toBe(LIMIT - 2);
     expect(admittedIn(alone)).toBe(LIMIT);
-    // Offered throughout: the fallback decided while the shard had no master (it did at least once
-    // before Redis answered), what it admitted is recorded once Redis answers, and the window, with
-    // the lost writes, still admits no more than its limit.
+    // Offered throughout: the fallback decided while the shard had no master (at least once before
+    // Redis answered), taking what was left of the limit as it last heard it; what it admitted is
+    // recorded once Redis answers, and the share it took holds beside the check (with neither, 30).
     expect(withFallback.whileOut.offered).toBeGreaterThan(1);
     expect(admittedIn(withFallback)).toBeLessThanOrEqual(LIMIT);
   }, 150_000);
