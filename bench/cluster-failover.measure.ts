@@ -12,10 +12,10 @@
  * that shard, against the limits, and when requests were decided by Redis again.
  */
 import { Controller, type ExecutionContext, Get, type INestApplication } from '@nestjs/common';
-import { Cluster } from 'ioredis';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, it } from 'vitest';
 import { RateLimit } from 'nest-rate-limit';
+import { clusterPair } from '../test/support/lossy-failover.js';
 import { type RedisCluster, startRedisCluster } from '../test/support/redis-server.js';
 import { type PacedSample, paced } from '../test/support/traffic.js';
 import { createTestApp, uniquePrefix } from '../test/support/test-app.js';
@@ -92,11 +92,8 @@ describe('Cluster failover with lost writes', () => {
   });
 
   it('admitted per window around the failover', async () => {
-    const reader = new Cluster(cluster.startupNodes);
-    const slot = Number(await reader.cluster('KEYSLOT', '{global}'));
-    reader.disconnect();
-    const shard = Math.floor(slot / Math.ceil(16384 / 3));
-    const [master, replica] = [cluster.nodes[shard], cluster.replicas[shard]];
+    // The shard of the global counter (`{global}`, its hash tag).
+    const pair = await clusterPair(cluster, '{global}');
     const events: string[] = [];
     // Each request goes to the next instance; even ones to the global route, odd ones to a client.
     const route = (i: number) => (i % 2 === 0 ? 'global' : `client c${Math.floor(i / 2) % CLIENTS}`);
@@ -116,21 +113,17 @@ describe('Cluster failover with lost writes', () => {
         {
           atMs: DETACH_REPLICA_AT_MS,
           run: async () => {
-            // The replica's link cut, for good: it reconnects with credentials the master refuses.
-            // Still eligible for promotion however long its link has been down (validity factor 0).
-            const link = replica.client();
-            await link.config('SET', 'cluster-replica-validity-factor', '0');
-            await link.config('SET', 'masteruser', 'not-a-user');
-            await link.config('SET', 'masterauth', 'not-a-password');
-            await link.call('CLIENT', 'KILL', 'TYPE', 'master');
-            link.disconnect();
-            events.push(`+${DETACH_REPLICA_AT_MS} ms: the replica of shard ${shard} cut off from its master`);
+            // For good: it reconnects with credentials the master refuses, and stays fit for promotion.
+            await pair.cut();
+            events.push(
+              `+${DETACH_REPLICA_AT_MS} ms: the replica of the global counter's shard cut off from its master`,
+            );
           },
         },
         {
           atMs: KILL_MASTER_AT_MS,
           run: async () => {
-            await master.kill();
+            await pair.master.kill();
             events.push(`+${KILL_MASTER_AT_MS} ms: its master killed`);
           },
         },

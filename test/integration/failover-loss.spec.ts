@@ -1,35 +1,17 @@
-import { Controller, Get, type INestApplication } from '@nestjs/common';
-import request from 'supertest';
+import type { INestApplication } from '@nestjs/common';
 import { afterAll, describe, expect, it } from 'vitest';
-import { RateLimit, type RateLimitModuleOptions } from 'nest-rate-limit';
+import type { RateLimitModuleOptions } from 'nest-rate-limit';
 import { rateLimitKeys } from 'nest-rate-limit/store';
 import { fixedWindowCount } from '../support/inspect.js';
-import { until } from '../support/poll.js';
+import { failOverLosingWrites, failoverApp, sentinelPair } from '../support/lossy-failover.js';
 import { type RedisSentinelSet, startRedisSentinelSet } from '../support/redis-server.js';
-import { createTestApp, uniquePrefix } from '../support/test-app.js';
-import { sequential } from '../support/traffic.js';
+import { uniquePrefix } from '../support/test-app.js';
 
 const LIMIT = 20;
 /** Long enough that every step of a case falls in one window of the rule. */
 const WINDOW = '1m';
 /** Admitted on the master after its replica was cut off: lost with the master. */
 const UNREPLICATED = 10;
-
-@Controller('failover')
-class FailoverController {
-  @Get('route')
-  @RateLimit({ name: 'route', count: LIMIT, window: WINDOW, by: 'global' })
-  route() {
-    return {};
-  }
-
-  /** Another counter, to tell when Redis decides again without touching the one measured. */
-  @Get('probe')
-  @RateLimit({ name: 'probe', count: 10_000, window: WINDOW, by: 'global' })
-  probe() {
-    return {};
-  }
-}
 
 /**
  * How the replica falls behind before the master dies:
@@ -91,58 +73,28 @@ describe('a Sentinel failover that loses the last writes: what each defence admi
     const set = await startRedisSentinelSet(1_000);
     sets.push(set);
     const prefix = uniquePrefix();
-    const app = await createTestApp({
-      controllers: [FailoverController],
-      rateLimit: {
-        redis: { sentinels: set.sentinelAddresses, name: set.name },
-        keyPrefix: prefix,
-        failover: DEFENCES[defences],
-        // The defences alone: the block cache would refuse a full window's requests before Redis is
-        // asked, and a deadline missed on a busy machine (six sets of servers run side by side) would
-        // hand requests to the store-error policy.
-        blockCache: false,
-        storeErrors: { timeoutMs: 2_000 },
-      },
-    });
+    const { app, send, probe } = await failoverApp(
+      { count: LIMIT, window: WINDOW },
+      { redis: { sentinels: set.sentinelAddresses, name: set.name }, keyPrefix: prefix, failover: DEFENCES[defences] },
+    );
     apps.push(app);
-    const http = () => request(app.getHttpServer());
-    const master = set.master.client();
-    // This client outlives the master it reads: its reconnect attempts are no news.
-    master.on('error', () => undefined);
-    const replica = set.replica.client();
     const { key } = rateLimitKeys(prefix, 'route', 'global', 'fixed-window');
 
-    const sentinel = set.sentinels[0].client();
-    const switched = new Promise<void>((resolve) => sentinel.once('message', () => resolve()));
-    await sentinel.subscribe('+switch-master');
-
-    let before = 0;
-    if (lag === 'partly') {
-      const replicated = LIMIT - 2 - UNREPLICATED;
-      const first = await sequential(replicated, () => http().get('/failover/route'));
-      before += first.count(200);
-      expect(await master.call('WAIT', '1', '5000')).toBe(1);
-      expect(await fixedWindowCount(replica, key)).toBe(replicated);
-    }
-    await replica.replicaof('NO', 'ONE');
-    const unreplicated = await sequential(UNREPLICATED, () => http().get('/failover/route'));
-    before += unreplicated.count(200);
-    expect(await fixedWindowCount(master, key)).toBe(before);
-    expect(await fixedWindowCount(replica, key)).toBe(lag === 'partly' ? before - UNREPLICATED : null);
-
-    await set.master.kill();
-    await switched;
-    // The client follows the sentinels; until it does, requests are decided by the store-error policy.
-    await until(async () => (await http().get('/failover/probe')).headers['ratelimit-limit'] !== undefined, {
-      // Seconds on an idle machine; a busy one may delay the sentinels' election.
-      timeoutMs: 30_000,
-      intervalMs: 50,
-      what: 'Redis deciding again, on the promoted replica',
+    const loss = await failOverLosingWrites(await sentinelPair(set), {
+      send,
+      probe,
+      replicated: lag === 'partly' ? LIMIT - 2 - UNREPLICATED : 0,
+      unreplicated: UNREPLICATED,
+      offered: 2 * LIMIT,
+      beforeKill: async (master, replica, before) => {
+        expect(await fixedWindowCount(master, key)).toBe(before);
+        expect(await fixedWindowCount(replica, key)).toBe(lag === 'partly' ? before - UNREPLICATED : null);
+      },
     });
-    const offered = await sequential(2 * LIMIT, () => http().get('/failover/route'));
-    // Every one decided by the new master, none by the fallback.
-    expect(offered.samples.every((sample) => sample.fromRedis)).toBe(true);
-    const result = { defences, lag, before, after: offered.count(200) };
+    // Every one offered after decided by the new master, none by the fallback.
+    expect(loss.after.samples.every((sample) => sample.fromRedis)).toBe(true);
+    const before = loss.replicated.count(200) + loss.unreplicated.count(200);
+    const result = { defences, lag, before, after: loss.after.count(200) };
     figures.push(result);
     figures.sort((a, b) => b.lag.localeCompare(a.lag) || order(a.defences) - order(b.defences));
     return result;

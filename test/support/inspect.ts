@@ -63,3 +63,16 @@ export async function redisNow(redis: Client): Promise<number> {
   const [seconds, micros] = await redis.time();
   return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
 }
+
+/**
+ * Whatever a key holds, by its type (a string, a hash's fields, a sorted set's members and scores),
+ * to compare two servers' copies of one state; null when the key is missing.
+ */
+export async function storedState(redis: Client, key: string): Promise<unknown> {
+  const type = await redis.type(key);
+  if (type === 'none') return null;
+  if (type === 'string') return redis.get(key);
+  if (type === 'hash') return redis.hgetall(key);
+  if (type === 'zset') return redis.zrange(key, '0', '-1', 'WITHSCORES');
+  throw new Error(`storedState: ${key} is a ${type}, which the library does not write`);
+}
