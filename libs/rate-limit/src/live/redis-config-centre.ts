@@ -63,7 +63,8 @@ export interface LiveConfigState {
  * anything else) are neither read nor held: what an instance holds and asks Redis for is bounded by
  * its rules, not by the hash. Write them with `RateLimitManagementService` or the
  * `nest-rate-limit-limits` CLI, which check them before they are written. Keep the hash across
- * Redis restarts (AOF or RDB persistence): a Redis that comes back empty has no limits to serve.
+ * Redis restarts (AOF or RDB persistence); a Redis that lost it (restarted empty, evicted) has the
+ * values written back by the instances that hold them (`LostControls`), as do bans and overrides.
  */
 @Injectable()
 export class RedisConfigCentre extends LiveConfigCentre implements OnApplicationBootstrap, OnApplicationShutdown {
