@@ -3,8 +3,10 @@ import type { RedisService } from '../redis/redis.service.js';
 import { RedisScript } from '../redis/script-runner.js';
 import { liveConfigKeys } from '../store/key-layout.js';
 import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
+import { MAX_DURATION_MS } from '../rules/duration.js';
 import { BannedNetworks } from './banned-networks.js';
 import { EndingEntries, type FreshEntry } from './ending-entries.js';
+import { type HeldEntry, LIFTED, type LostControls } from './lost-controls.js';
 
 /** A ban: an identity refused by a rule (or every rule, `'*'`) until a time. */
 export interface RateLimitBan {
@@ -60,6 +62,8 @@ export class IdentityEntries implements IdentityControls {
   private readonly overrides = new EndingEntries<RateLimitOverride>();
   private readonly keys: Record<Kind, string> | undefined;
   private readonly channel: string;
+  /** Writes back what Redis lost of what this instance holds (`RedisConfigCentre`'s). */
+  private lost: LostControls | undefined;
 
   /**
    * @param redis the shared store of the entries; none: this process holds them alone.
@@ -73,6 +77,11 @@ export class IdentityEntries implements IdentityControls {
     const keys = liveConfigKeys(keyPrefix);
     this.channel = keys.channel;
     if (redis) this.keys = { bans: `${keys.hash}:bans`, overrides: `${keys.hash}:overrides` };
+  }
+
+  /** From now on, a read that lacks entries held here has them written back first, unless lifted. */
+  restoreWith(lost: LostControls): void {
+    this.lost = lost;
   }
 
   get anyBans(): boolean {
@@ -157,8 +166,7 @@ export class IdentityEntries implements IdentityControls {
   }
 
   async unban(rule: string, identity: string): Promise<boolean> {
-    const held = this.bans.get(rule, identity, this.clock()) !== undefined;
-    return this.remove('bans', [rule, identity], held);
+    return this.remove('bans', [rule, identity], this.bans.get(rule, identity, this.clock())?.until);
   }
 
   async setOverride(configKey: string, identity: string, values: RateLimitOverride, until: number): Promise<void> {
@@ -168,8 +176,11 @@ export class IdentityEntries implements IdentityControls {
   }
 
   async deleteOverride(configKey: string, identity: string): Promise<boolean> {
-    const held = this.overrides.get(configKey, identity, this.clock()) !== undefined;
-    return this.remove('overrides', [configKey, identity], held);
+    return this.remove(
+      'overrides',
+      [configKey, identity],
+      this.overrides.get(configKey, identity, this.clock())?.until,
+    );
   }
 
   /**
@@ -194,40 +205,71 @@ export class IdentityEntries implements IdentityControls {
     await this.redis.publish(this.channel, `${NEWS[kind]} ${JSON.stringify([member, until])}`);
   }
 
-  private async remove(kind: Kind, member: unknown[], heldHere: boolean): Promise<boolean> {
+  /** @param heldUntil when the entry held here ends; none: none is held. */
+  private async remove(kind: Kind, member: unknown[], heldUntil: number | undefined): Promise<boolean> {
     const [scope, identity] = member as [string, string];
     if (!this.redis) {
       this.entriesOf(kind).delete(scope, identity);
-      return heldHere;
+      return heldUntil !== undefined;
     }
-    const removed = await this.replaceInRedis(kind, member, this.clock(), []);
+    const now = this.clock();
+    const removed = await this.replaceInRedis(kind, member, now, ['lift', heldUntil ?? 0, now + MAX_DURATION_MS]);
     this.entriesOf(kind).delete(scope, identity);
     await this.redis.publish(this.channel, `${NEWS[kind]} ${JSON.stringify([[scope, identity]])}`);
     return removed > 0;
   }
 
   /**
-   * Removes the identity's entries of that rule or key from the set, and adds the new one if given,
-   * in one script: two writers at once leave one entry, never one each. Resolves with how many it
-   * removed, or -1 when the set is full and nothing was changed.
+   * Removes the identity's entries of that rule or key from the set, and adds the new one, or marks
+   * it lifted, in one script: two writers at once leave one entry, never one each. Resolves with how
+   * many it removed, or -1 when the set is full and nothing was changed.
    */
   private async replaceInRedis(
     kind: Kind,
     [scope, identity]: unknown[],
     now: number,
-    added: [until: number, member: string, ttlMs: number] | [],
+    change: [until: number, member: string, ttlMs: number] | ['lift', heldUntil: number, unknownUntil: number],
   ): Promise<number> {
     // Every member is written by JSON.stringify: the identity's begin with this, then `,` or `]`.
-    const prefix = JSON.stringify([scope, identity]).slice(0, -1);
+    const entry = JSON.stringify([scope, identity]);
     const reply = await this.redis!.runOperation(
       REPLACE_ENTRY_SCRIPT,
       [this.keys![kind]],
-      [now, prefix, MAX_IDENTITY_ENTRIES, ...added],
+      [now, entry.slice(0, -1), MAX_IDENTITY_ENTRIES, `${LIFTED}${entry}`, ...change],
     );
     return Number(reply);
   }
 
+  /**
+   * Reads a kind from Redis, and holds what it holds. Where it lacks entries held here (Redis lost
+   * them, or they were lifted and the news missed), those not lifted are written back first, and
+   * the kind read again.
+   */
   private async reloadKind(kind: Kind): Promise<void> {
+    let fresh = await this.readKind(kind);
+    const lacking = this.lost ? this.lacking(kind, fresh) : [];
+    if (lacking.length > 0) {
+      // Failing, it throws: what is held here stays, and the next read tries again.
+      await this.lost!.restoreEntries(kind, this.keys![kind], lacking);
+      fresh = await this.readKind(kind);
+    }
+    if (kind === 'bans') this.bans.replaceAll(fresh as FreshEntry<undefined>[]);
+    else this.overrides.replaceAll(fresh as FreshEntry<RateLimitOverride>[]);
+  }
+
+  /** The entries in force held here that `fresh` (as read from Redis) has none of, for their identity. */
+  private lacking(kind: Kind, fresh: readonly FreshEntry<unknown>[]): HeldEntry[] {
+    const read = new Set(fresh.map(({ scope, identity }) => JSON.stringify([scope, identity])));
+    return this.entriesOf(kind)
+      .list(this.clock())
+      .flatMap(({ scope, identity, value, until }) => {
+        if (read.has(JSON.stringify([scope, identity]))) return [];
+        const member = JSON.stringify(kind === 'bans' ? [scope, identity] : [scope, identity, value]);
+        return [{ scope, identity, member, until }];
+      });
+  }
+
+  private async readKind(kind: Kind): Promise<FreshEntry<unknown>[]> {
     const key = this.keys![kind];
     const reply = await this.redis!.operation(
       this.redis!.client.zrangebyscore(key, `(${this.clock()}`, '+inf', 'WITHSCORES'),
@@ -242,8 +284,7 @@ export class IdentityEntries implements IdentityControls {
       if (kind === 'bans') fresh.push({ scope, identity, value: undefined, until });
       else fresh.push({ scope, identity, value: this.sameOrFrozen(scope, identity, values), until });
     }
-    if (kind === 'bans') this.bans.replaceAll(fresh as FreshEntry<undefined>[]);
-    else this.overrides.replaceAll(fresh as FreshEntry<RateLimitOverride>[]);
+    return fresh;
   }
 
   /** The same object while an override's values stand: the limiter checks a rule with them once per object. */
@@ -260,35 +301,53 @@ export class IdentityEntries implements IdentityControls {
 
 /**
  * Replaces an identity's entry of a rule or config key in its sorted set, atomically: drops the
- * entries that ended, removes the identity's (members beginning with ARGV[2], then `,` or `]`),
- * and adds the new one, unless the set holds ARGV[3] others in force (then changes nothing and
- * returns -1); keeps the set until its last entry ends (PEXPIRE NX sets a new set's expiry, GT
- * lengthens it, never shortened under an entry that ends later). Without ARGV[4], only removes.
+ * members that ended, removes the identity's entries (members beginning with ARGV[2], then `,` or
+ * `]`), and adds the new one (removing the identity's lift mark, ARGV[4]), unless the set holds
+ * ARGV[3] other entries in force (then changes nothing and returns -1); or marks the identity
+ * lifted until its entry would have ended: as held by the remover (ARGV[6]) or in the set, and
+ * when neither knows, the longest an entry lasts (ARGV[7]), so that no instance holding it writes
+ * it back once Redis lost it (`LostControls`). Keeps the set until its last member ends (PEXPIRE
+ * NX sets a new set's expiry, GT lengthens it, never shortened under a member that ends later).
  * Returns how many entries of the identity it removed.
  *
- * KEYS[1] the set. ARGV: now (ms), the identity's prefix, the most entries, and to add: when it
- * ends (ms), the member, the set's TTL (ms).
+ * KEYS[1] the set. ARGV: now (ms), the identity's prefix, the most entries, the identity's lift
+ * mark; then to add: when it ends (ms), the member, its TTL (ms); to lift: 'lift', when the entry
+ * held ends (0: none held), when an entry no one knows would end.
  */
 const REPLACE_ENTRY_SCRIPT = new RedisScript(
   'replace-identity-entry',
   `
-local key, prefix = KEYS[1], ARGV[2]
-redis.call('ZREMRANGEBYSCORE', key, '-inf', ARGV[1])
+local key, prefix, lifted, now = KEYS[1], ARGV[2], ARGV[4], tonumber(ARGV[1])
+redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
 local members = redis.call('ZRANGE', key, 0, -1)
-local same = {}
+local same, entries = {}, 0
 for _, member in ipairs(members) do
+  if string.sub(member, 1, 1) == '[' then entries = entries + 1 end
   if string.sub(member, 1, #prefix) == prefix then
     local after = string.sub(member, #prefix + 1, #prefix + 1)
     if after == ',' or after == ']' then same[#same + 1] = member end
   end
 end
-if ARGV[4] ~= nil and #members - #same >= tonumber(ARGV[3]) then return -1 end
-for _, member in ipairs(same) do redis.call('ZREM', key, member) end
-if ARGV[4] ~= nil then
-  redis.call('ZADD', key, ARGV[4], ARGV[5])
-  redis.call('PEXPIRE', key, ARGV[6], 'NX')
-  redis.call('PEXPIRE', key, ARGV[6], 'GT')
+local lifting = ARGV[5] == 'lift'
+if not lifting and entries - #same >= tonumber(ARGV[3]) then return -1 end
+local ends = 0
+for _, member in ipairs(same) do
+  ends = math.max(ends, tonumber(redis.call('ZSCORE', key, member)))
+  redis.call('ZREM', key, member)
 end
+local ttl
+if lifting then
+  ends = math.max(ends, tonumber(ARGV[6]))
+  if ends <= now then ends = tonumber(ARGV[7]) end
+  redis.call('ZADD', key, 'GT', ends, lifted)
+  ttl = math.max(1, math.ceil(ends - now))
+else
+  redis.call('ZREM', key, lifted)
+  redis.call('ZADD', key, ARGV[5], ARGV[6])
+  ttl = ARGV[7]
+end
+redis.call('PEXPIRE', key, ttl, 'NX')
+redis.call('PEXPIRE', key, ttl, 'GT')
 return #same
 `,
 );

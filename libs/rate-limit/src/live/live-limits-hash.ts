@@ -2,6 +2,7 @@ import { RedisScript } from '../redis/script-runner.js';
 import type { RedisService } from '../redis/redis.service.js';
 import { liveConfigKeys } from '../store/key-layout.js';
 import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
+import { DELETED } from './lost-controls.js';
 
 /** How long an operator's write waits for a replica to have it. */
 const REPLICA_CONFIRM_MS = 1_000;
@@ -14,8 +15,10 @@ const SCAN_COUNT = 100;
 
 /**
  * Writes a key's values (or deletes them, given none) and announces the key, in one atomic call.
- * Replies with the number of values deleted (0 when there were none), or 1 for a write; or, when
- * the key holds something other than a hash, with that type's name, writing and announcing nothing.
+ * A delete leaves a mark (a field `~deleted:<key>`, which a write of the key takes away), so that
+ * an instance still holding the values never writes them back (`LostControls`). Replies with the
+ * number of values deleted (0 when there were none), or 1 for a write; or, when the key holds
+ * something other than a hash, with that type's name, writing and announcing nothing.
  */
 const WRITE_SCRIPT = new RedisScript(
   'config-write',
@@ -23,7 +26,14 @@ const WRITE_SCRIPT = new RedisScript(
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'hash' and kind ~= 'none' then return kind end
 local changed = 1
-if ARGV[2] == '' then changed = redis.call('HDEL', KEYS[1], ARGV[1]) else redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+local mark = '${DELETED}' .. ARGV[1]
+if ARGV[2] == '' then
+  changed = redis.call('HDEL', KEYS[1], ARGV[1])
+  redis.call('HSET', KEYS[1], mark, '1')
+else
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  redis.call('HDEL', KEYS[1], mark)
+end
 redis.call('PUBLISH', ARGV[3], ARGV[1])
 return changed
 `,
@@ -86,7 +96,8 @@ export class LiveLimitsHash {
       } catch (error) {
         throw await this.explained(error, UNUSABLE);
       }
-      for (let i = 0; i < fields.length && found.size < max; i += 2) found.add(fields[i]);
+      // A field starting with `~` is a mark (DELETED), not a config key.
+      for (let i = 0; i < fields.length && found.size < max; i += 2) if (fields[i][0] !== '~') found.add(fields[i]);
       if (cursor === '0') break;
     }
     return [...found];

@@ -18,6 +18,7 @@ import { HeldLimits } from './held-limits.js';
 import { IdentityEntries } from './identity-entries.js';
 import { LiveConfigCentre } from './live-config-centre.js';
 import { LiveLimitsHash, UNUSABLE, isWrongType } from './live-limits-hash.js';
+import { LostControls, type LostControlsState } from './lost-controls.js';
 import { NestConfigCentre } from './nest-config-centre.js';
 import type { RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
 
@@ -41,6 +42,8 @@ export interface LiveConfigState {
   reloads: number;
   /** Values refused as invalid since the start (the last good value of their key stayed). */
   refused: number;
+  /** Bans, overrides and live limits this instance held that Redis had lost, and were written back. */
+  lost: LostControlsState;
 }
 
 /**
@@ -60,7 +63,8 @@ export interface LiveConfigState {
  * anything else) are neither read nor held: what an instance holds and asks Redis for is bounded by
  * its rules, not by the hash. Write them with `RateLimitManagementService` or the
  * `nest-rate-limit-limits` CLI, which check them before they are written. Keep the hash across
- * Redis restarts (AOF or RDB persistence): a Redis that comes back empty has no limits to serve.
+ * Redis restarts (AOF or RDB persistence); a Redis that lost it (restarted empty, evicted) has the
+ * values written back by the instances that hold them (`LostControls`), as do bans and overrides.
  */
 @Injectable()
 export class RedisConfigCentre extends LiveConfigCentre implements OnApplicationBootstrap, OnApplicationShutdown {
@@ -73,6 +77,9 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
   /** Values in force, by key, as last read. */
   private readonly limits: HeldLimits;
   private readonly refusals: SampledLogger;
+  /** Writes back what Redis lost of the controls held here, and says so (`lostLog`). */
+  private readonly lost: LostControls;
+  private readonly lostLog: SampledLogger;
   private timer: NodeJS.Timeout | undefined;
   private subscribed = false;
   /** Counts confirmed subscriptions: a full read begun after the latest one leaves nothing missed. */
@@ -107,6 +114,14 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
       summary: 'Refused values of other config keys',
     });
     this.limits = new HeldLimits(this.refusals, (configKey) => registry.withConfigKey(configKey));
+    this.lostLog = new SampledLogger(this.logger, {
+      ...LOG_SAMPLING,
+      level: 'warn',
+      maxKeys: 10,
+      summary: 'Controls written back',
+    });
+    this.lost = new LostControls(redis, this.lostLog, options.clock ?? Date.now);
+    this.identities.restoreWith(this.lost);
     // Read again whenever a connection comes back: the subscription's, or the one reads go over
     // (whichever is ready last makes the read that finds everything missed).
     redis.whenReady(() => void this.readKnown().catch(() => undefined));
@@ -138,6 +153,7 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
   onApplicationShutdown(): void {
     clearInterval(this.timer);
     this.refusals.close();
+    this.lostLog.close();
   }
 
   /** For health checks and metrics. */
@@ -147,6 +163,7 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
       keys: this.limits.size,
       reloads: this.reloads,
       refused: this.limits.refused,
+      lost: this.lost.state,
     };
   }
 
@@ -246,6 +263,16 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
         this.refusals.record(this.hash.key, error.message);
       }
       throw error;
+    }
+    // Values held here that Redis lacks: lost (restarted empty, evicted), or deleted with the news
+    // missed. Written back unless deleted (failing, the values held stay), then read again.
+    const lacking = keys.flatMap((configKey, i) => {
+      const held = texts[i] === null ? this.limits.textOf(configKey) : undefined;
+      return held === undefined ? [] : [[configKey, held] as [string, string]];
+    });
+    if (lacking.length > 0) {
+      await this.lost.restoreLimits(this.hash.key, this.hash.channel, lacking);
+      texts = await this.hash.texts(keys, UNUSABLE);
     }
     keys.forEach((configKey, i) => this.limits.arrive(configKey, texts[i]));
     await identities;

@@ -11,8 +11,9 @@ export interface RateLimitHealth {
   /**
    * `'down'`: Redis does not answer, or the circuit breaker is open (requests are decided by the
    * store-error policy). `'degraded'`: Redis answers, but the live limits may miss changes, a key
-   * without a TTL was found, or Redis evicted keys since the last check under an evicting
-   * `maxmemory-policy` (counters may be lost). `'up'`: none of these.
+   * without a TTL was found, Redis evicted keys since the last check under an evicting
+   * `maxmemory-policy` (counters may be lost), or Redis had lost bans, overrides or live limits
+   * since the last check, or still lacks some this instance could not write back. `'up'`: none of these.
    */
   status: 'up' | 'degraded' | 'down';
   store: 'redis' | 'memory';
@@ -26,6 +27,12 @@ export interface RateLimitHealth {
   scriptsLoaded?: boolean | 'unknown';
   /** `RedisConfigCentre` only: whether news of every change reaches this instance. */
   liveConfigInSync?: boolean;
+  /**
+   * `RedisConfigCentre` only, once it happened: the times this instance found Redis without bans,
+   * overrides or live limits it held (restarted empty, evicted) and wrote them back, the last
+   * (ISO 8601), and whether the last write-back succeeded.
+   */
+  liveControlsLost?: { times: number; last?: string; writtenBack: boolean };
   /** Keys without a TTL at the last background audit (`keyAudit.intervalMs`); absent until one ran. */
   keysWithoutTtl?: number;
   /** Redis's `maxmemory` (bytes; 0: none) and `maxmemory-policy`, its `evicted_keys`, and whether it evicted since the last check. */
@@ -53,6 +60,9 @@ export class RateLimitHealthIndicator {
     private readonly audit: KeyAuditSchedule,
   ) {}
 
+  /** Losses of live controls as of the last check: a loss since then degrades the next. */
+  private lossesSeen = 0;
+
   async isHealthy<const Key extends string = 'rate_limit'>(
     key: Key = 'rate_limit' as Key,
   ): Promise<Record<Key, RateLimitHealth>> {
@@ -74,11 +84,24 @@ export class RateLimitHealthIndicator {
       breaker,
       scriptsLoaded,
     };
-    if (this.centre instanceof RedisConfigCentre) health.liveConfigInSync = this.centre.state.inSync;
+    let controlsLost = false;
+    if (this.centre instanceof RedisConfigCentre) {
+      const { inSync, lost } = this.centre.state;
+      health.liveConfigInSync = inSync;
+      if (lost.times > 0 || !lost.writtenBack) {
+        health.liveControlsLost = {
+          times: lost.times,
+          ...(lost.lastAt === undefined ? {} : { last: new Date(lost.lastAt).toISOString() }),
+          writtenBack: lost.writtenBack,
+        };
+      }
+      controlsLost = lost.times > this.lossesSeen || !lost.writtenBack;
+      this.lossesSeen = lost.times;
+    }
     if (keysWithoutTtl !== undefined) health.keysWithoutTtl = keysWithoutTtl;
     if (memory) health.memory = memory;
     if (!reachable || breaker === 'open') health.status = 'down';
-    else if (health.liveConfigInSync === false || (keysWithoutTtl ?? 0) > 0 || memory?.evicting) {
+    else if (health.liveConfigInSync === false || (keysWithoutTtl ?? 0) > 0 || memory?.evicting || controlsLost) {
       health.status = 'degraded';
     }
     return health;
