@@ -17,8 +17,10 @@ import { LimitsController } from './limits.controller.js';
 import { OrdersController } from './orders.controller.js';
 import { PlansController } from './plans.controller.js';
 import { CompletionsController } from './completions.controller.js';
+import { NearLimitDigest } from './near-limit-digest.js';
 
-const nearLimitLog = new Logger('NearLimit');
+// One line per rule at once and a sum per 10 s: a flood of tenants near their limits writes no line each.
+const nearLimitLog = new NearLimitDigest(new Logger('NearLimit'), 10_000);
 
 @Module({
   imports: [
@@ -56,9 +58,8 @@ const nearLimitLog = new Logger('NearLimit');
             userAgents: [{ agent: 'kube-probe', from: ['10.0.0.0/8', '127.0.0.1', '::1'] }],
             configKey: 'demo.allow',
           },
-          // A real app would email the customer; the demo logs it.
-          onNearLimit: ({ rule, identity, remaining }) =>
-            nearLimitLog.log(`${identity} is near the limit of ${rule}: ${remaining} left`),
+          // A real app would email the customer; the demo logs it, by sampling.
+          onNearLimit: ({ rule, identity, remaining }) => nearLimitLog.crossed(rule, identity, remaining),
         };
       },
     }),
