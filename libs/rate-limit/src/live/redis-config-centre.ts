@@ -18,7 +18,7 @@ import { HeldLimits } from './held-limits.js';
 import { IdentityEntries } from './identity-entries.js';
 import { LiveConfigCentre } from './live-config-centre.js';
 import { LiveLimitsHash, UNUSABLE, isWrongType } from './live-limits-hash.js';
-import { LostControls, type LostControlsState } from './lost-controls.js';
+import { LostControls } from './lost-controls.js';
 import { NestConfigCentre } from './nest-config-centre.js';
 import type { RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
 
@@ -43,7 +43,14 @@ export interface LiveConfigState {
   /** Values refused as invalid since the start (the last good value of their key stayed). */
   refused: number;
   /** Bans, overrides and live limits this instance held that Redis had lost, and were written back. */
-  lost: LostControlsState;
+  lost: {
+    /** Times this instance found Redis without controls it held, and wrote them back. */
+    times: number;
+    /** When it last did (ms since the epoch), or undefined. */
+    lastAt: number | undefined;
+    /** False while the last write-back failed: Redis lacks controls this instance holds. */
+    writtenBack: boolean;
+  };
 }
 
 /**
