@@ -3,14 +3,17 @@ import { get } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Readable } from 'node:stream';
 import type { ServerResponse } from 'node:http';
-import { NEVER, Observable, concat, from, map, tap } from 'rxjs';
+import { NEVER, Observable, concat, finalize, from, map, tap } from 'rxjs';
 import { RateLimit, type RateLimitRequestDecision, RateLimiterService } from 'nest-rate-limit';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, expect, it } from 'vitest';
 import { type Platform, describePlatforms, sharedRedis } from '../support/matrix.js';
-import { usedOnceSettled } from '../support/poll.js';
+import { until, usedOnceSettled } from '../support/poll.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
 
 type Limited = { rateLimit: RateLimitRequestDecision; query: Record<string, string | undefined> };
+
+/** The tenants whose `@Sse()` stream has been unsubscribed (ended, failed, or left by its client). */
+const streamsEnded = new Set<string>();
 
 /** Tokens per chunk of the "model's" answer. */
 const TOKENS_PER_CHUNK = 10;
@@ -37,7 +40,7 @@ class StreamsController {
       tap(() => req.rateLimit.report((tokens += TOKENS_PER_CHUNK))),
       map((data) => ({ data })),
     );
-    return open ? concat(sent, NEVER) : sent;
+    return (open ? concat(sent, NEVER) : sent).pipe(finalize(() => streamsEnded.add(req.query.tenant!)));
   }
 
   /** An answer piped to the response; the handler returns before it is written, and reports its cost. */
@@ -117,10 +120,8 @@ function streamsApp(platform: Platform) {
   };
 }
 
-// Fastify: on Express an @Sse() route with @RateLimit answers a 500 (ERR_HTTP_HEADERS_SENT) before
-// its handler runs, with or without this settlement; a defect of its own.
-describe('settleCost on an @Sse() stream (Fastify): settled when the stream ends, at the cost reported', () => {
-  const { start, settledAt } = streamsApp('fastify');
+describePlatforms('settleCost on an @Sse() stream: settled when the stream ends, at the cost reported', (platform) => {
+  const { start, settledAt } = streamsApp(platform);
 
   it('an @Sse() stream that completes: the tokens its handler reported, not its last event', async () => {
     const app = await start();
@@ -128,6 +129,17 @@ describe('settleCost on an @Sse() stream (Fastify): settled when the stream ends
     expect(type).toContain('text/event-stream');
     expect(events).toHaveLength(7);
     expect(await settledAt('answer', 'acme', 70)).toBe(70);
+  });
+
+  it('an @Sse() stream its client leaves: unsubscribed, and settled at the tokens reported so far', async () => {
+    const app = await start();
+    streamsEnded.clear();
+    // 3 chunks, then the stream stays open: only the client leaving ends it.
+    const { events } = await readEvents(app, '/answer?tenant=initech&chunks=3&open=1', 3);
+    expect(events).toEqual(['chunk 0', 'chunk 1', 'chunk 2']);
+    await until(() => streamsEnded.has('initech'), { timeoutMs: 5_000, what: 'the handler stream unsubscribed' });
+    // Not the reservation (20), nor the most a stream that reports nothing is settled at (100).
+    expect(await settledAt('answer', 'initech', 30)).toBe(30);
   });
 });
 

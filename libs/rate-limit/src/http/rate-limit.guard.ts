@@ -18,6 +18,7 @@ import {
   rateLimitHeaders,
   retryAfterSeconds,
 } from '../limiter/rate-limit-outcome.js';
+import { endEventStreamWhenClientLeaves } from './event-stream-client-exit.js';
 import { RateLimiterService } from '../limiter/rate-limiter.service.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
 import { RateLimitConfigurationError, type RateLimitRule } from '../rules/rate-limit-rule.js';
@@ -199,13 +200,16 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     const { reported } = outcome;
     if (outcome.banned) {
       const retryAfter = retryAfterSeconds(reported!);
-      this.adapterHost.httpAdapter.setHeader(response, 'Retry-After', String(retryAfter));
+      if (!headersSent(response)) this.adapterHost.httpAdapter.setHeader(response, 'Retry-After', String(retryAfter));
       const rule = outcome.bannedUnder ?? reported!.rule.name;
       throw withoutStack(() => new RateLimitBannedException(retryAfter, rule, this.options.bans.status));
     }
     // None is reported when the fallback admitted on every rule (Redis out), and a refusal the
     // fallback decided has no figures worth sending: only when to retry.
-    if (reported) {
+    // Not once the head is out: an `@Sse()` route writes its head on the next turn of the event
+    // loop, before a decision after the app's guards (`RateLimitInterceptor`) has come back from
+    // the store, and setting a header then throws (Express) or is never sent (Fastify).
+    if (reported && !headersSent(response)) {
       const headers = reported.fallback
         ? ['Retry-After', String(retryAfterSeconds(reported))]
         : rateLimitHeaders(outcome, this.options.headers);
@@ -214,6 +218,7 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     }
     if (outcome.allowed) {
       if (outcome.conditional.length > 0) this.settleWhenResponseEnds(outcome, response);
+      endEventStreamWhenClientLeaves(context);
       return true;
     }
 
