@@ -1,5 +1,6 @@
 import type { RedisOptions } from 'ioredis';
 import type { SentinelConnector, StandaloneConnector } from 'ioredis/built/connectors/index.js';
+import { type FollowedMaster, withoutIdleSwitches } from './switch-master-announcement.js';
 
 /** @internal What ioredis's `Connector` option takes: a class it makes a connection's sockets with. */
 export type ConnectorClass = NonNullable<RedisOptions['Connector']>;
@@ -19,7 +20,8 @@ type Socket = Awaited<ReturnType<InstanceType<ConnectorClass>['connect']>>;
  * and a TLS socket can emit two: the server's certificate refused, then an alert the server sent in
  * the same read (Node emits both). The second, with no listener, was an uncaught exception that
  * ended the app. An error nobody else hears goes to `onUnheardError`; ioredis reports the rest.
- * A Sentinel client's own connections to the sentinels get the same guard.
+ * A Sentinel client's own connections to the sentinels get the same guard, and follow only the
+ * failover announcements that move it (`withoutIdleSwitches`).
  */
 export function guardedConnector(
   connectors: IoredisConnectors,
@@ -45,18 +47,25 @@ export function guardedConnector(
     override connect(...args: Parameters<InstanceType<typeof SentinelConnector>['connect']>): Promise<Socket> {
       return super.connect(...args).then(guard);
     }
+
+    /** The master this connector follows, and where it is connected now. */
+    followed(): FollowedMaster {
+      return { name: this.options.name, socket: this.stream, natMap: this.options.natMap };
+    }
   }
   // The clients that ask the sentinels, and that watch them for a failover, are made by this
-  // (private) method, with options spread last: theirs get the guard too.
+  // (private) method, with options spread last: theirs get the guard too, and the watching ones
+  // hear only the announcements that move this connector's client.
   const sentinelClient = Reflect.get(SentinelConnector.prototype, 'connectToSentinel') as (
     endpoint: unknown,
     options?: object,
-  ) => unknown;
+  ) => Parameters<typeof withoutIdleSwitches>[0];
   Reflect.set(
     GuardedSentinelConnector.prototype,
     'connectToSentinel',
-    function (this: InstanceType<typeof SentinelConnector>, endpoint: unknown, options?: object) {
-      return sentinelClient.call(this, endpoint, { Connector: GuardedStandaloneConnector, ...options });
+    function (this: GuardedSentinelConnector, endpoint: unknown, options?: object) {
+      const client = sentinelClient.call(this, endpoint, { Connector: GuardedStandaloneConnector, ...options });
+      return withoutIdleSwitches(client, () => this.followed());
     },
   );
 
