@@ -110,11 +110,7 @@ describe('the circuit breaker in front of Redis', () => {
       store,
       redis: service,
       close,
-    } = await storeWith(
-      { failureRatio: 0.3, minimumCalls: 20, windowMs: 10_000, consecutiveFailures: 3 },
-      // Decided at the deadline, so the paused calls fail at once and are judged later.
-      { waitForLateAnswers: false },
-    );
+    } = await storeWith({ failureRatio: 0.3, minimumCalls: 20, windowMs: 10_000, consecutiveFailures: 3 });
     const key = `${uniquePrefix()}:{s}:r:fw`;
     try {
       for (let i = 0; i < 14; i += 1) await store.consume([hit(key, { limit: 1_000, windowMs: 600_000 })]);

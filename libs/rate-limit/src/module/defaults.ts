@@ -12,7 +12,6 @@ export const RATE_LIMIT_DEFAULTS = {
   storeErrors: {
     policy: 'local',
     timeoutMs: 100,
-    waitForLateAnswers: true,
     circuitBreaker: {
       failureRatio: 0.3,
       minimumCalls: 20,
@@ -98,15 +97,16 @@ export const SLOW_REDIS_BOUND = 1.2;
 /**
  * A call past its deadline counts against Redis in the circuit breaker only if it is not answered
  * within this much more: a Redis that stalls for a fork or a slow command (150-500 ms) answers
- * late but answers, and its calls go on; one that does not answer in a second is failing.
+ * late but answers, and its calls go on; one that does not answer in a second is failing. (The
+ * request itself was decided at the deadline.)
  */
 export const LATE_ANSWER_GRACE_MS = 1_000;
 
 /**
  * Redis counts as down, not slow, this long after it left a call unanswered for
- * LATE_ANSWER_GRACE_MS (unless it answered one late since): meanwhile, calls past their deadline
- * are decided at once rather than waiting for answers (`storeErrors.waitForLateAnswers`). 10 s
- * spans the circuit breaker's probes of a Redis that is down, so they do not each hold requests.
+ * LATE_ANSWER_GRACE_MS (unless it answered one late since): meanwhile, the local fallback shares
+ * all of what Redis last reported left, not only the margin a slow Redis leaves. 10 s spans the
+ * circuit breaker's probes of a Redis that is down.
  */
 export const SLOW_REDIS_MEMORY_MS = 10_000;
 

@@ -44,19 +44,10 @@ export interface RateLimitStoreErrorOptions {
    */
   policy?: RateLimitStoreErrorPolicy;
   /**
-   * Deadline for one Redis call, in ms; past it the call waits for a late answer
-   * (`waitForLateAnswers`), or the request is decided by `policy`. Default 100.
+   * Deadline for one Redis call, in ms: past it, the request is decided by `policy` (Redis's late
+   * answer, if one comes, still tells the `'local'` fallback the counts). Default 100.
    */
   timeoutMs?: number;
-  /**
-   * A call past its deadline waits up to 1 s more for its late answer, which then decides the
-   * request: a slow Redis (stalled by a fork, a slow command) answers late, and deciding without its
-   * answer lets the instances together admit more than the limit. Not while Redis is down: once a
-   * call has gone unanswered for 1 s (and none answered late since), calls are decided at the
-   * deadline for 10 s, and soon the circuit opens. Default true; `false`: always decide at the
-   * deadline.
-   */
-  waitForLateAnswers?: boolean;
   /** When to stop calling a failing Redis, or `false` to always call it. */
   circuitBreaker?: RateLimitCircuitBreakerOptions | false;
   /** The `'local'` fallback. */
@@ -241,7 +232,6 @@ export interface ResolvedRateLimitOptions {
   storeErrors: {
     policy: RateLimitStoreErrorPolicy;
     timeoutMs: number;
-    waitForLateAnswers: boolean;
     circuitBreaker: Required<RateLimitCircuitBreakerOptions> | false;
     localFallback: { expectedInstances: number };
     status: 429 | 503;

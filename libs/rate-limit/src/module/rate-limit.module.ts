@@ -139,6 +139,7 @@ const decidingStoreProvider: Provider = {
     redis: RedisService,
   ): DecidingStore => {
     const observer = metrics ?? undefined;
+    let blocked: BlockedKeys | undefined;
     const resilient = new ResilientStore(store, problems, {
       policy: storeErrors.policy,
       localFallback: {
@@ -146,6 +147,8 @@ const decidingStoreProvider: Provider = {
         maxKeys: memoryStore.maxKeys,
         instances: store instanceof RedisRateLimitStore ? () => redis.instances : undefined,
         storeSeemsDown: store instanceof RedisRateLimitStore ? () => redis.seemsDown : undefined,
+        // Units Redis counted for requests refused here, which this instance may admit with.
+        banked: (key) => blocked?.forget([key]),
       },
       observer,
     });
@@ -153,12 +156,12 @@ const decidingStoreProvider: Provider = {
     // instances are counted.
     store.watchLiftedKeys({ lifted: (keys) => resilient.forget(keys), listening: () => undefined });
     if (!store.shared || !blockCache) return resilient;
-    const blocked = new BlockedKeys(blockCache.maxKeys);
+    const keys = (blocked = new BlockedKeys(blockCache.maxKeys));
     const watching = store.watchLiftedKeys({
-      lifted: (keys) => blocked.forget(keys),
-      listening: (on) => blocked.listening(on),
+      lifted: (lifted) => keys.forget(lifted),
+      listening: (on) => keys.listening(on),
     });
-    return watching ? new BlockCacheStore(resilient, blocked, clock, observer) : resilient;
+    return watching ? new BlockCacheStore(resilient, keys, clock, observer) : resilient;
   },
 };
 

@@ -32,7 +32,7 @@ const FIELDS = {
   liveConfig: ['refreshMs'],
   metrics: ['registry', 'prefix'],
   memoryStore: ['maxKeys'],
-  storeErrors: ['policy', 'timeoutMs', 'waitForLateAnswers', 'circuitBreaker', 'localFallback', 'status'],
+  storeErrors: ['policy', 'timeoutMs', 'circuitBreaker', 'localFallback', 'status'],
   'storeErrors.circuitBreaker': ['failureRatio', 'minimumCalls', 'windowMs', 'consecutiveFailures', 'halfOpenAfterMs'],
   'storeErrors.localFallback': ['expectedInstances'],
   failover: ['detectLostWrites', 'marker', 'waitForReplicas'],
@@ -140,10 +140,6 @@ export function resolveModuleOptions(
 
   const storeErrors = group('storeErrors', options.storeErrors);
   const localFallback = group('storeErrors.localFallback', storeErrors.localFallback);
-  const { waitForLateAnswers = D.storeErrors.waitForLateAnswers } = storeErrors;
-  if (typeof waitForLateAnswers !== 'boolean') {
-    fail('storeErrors.waitForLateAnswers', 'must be true or false', waitForLateAnswers);
-  }
   let circuitBreaker: ResolvedRateLimitOptions['storeErrors']['circuitBreaker'] = false;
   if (storeErrors.circuitBreaker !== false) {
     const given = group('storeErrors.circuitBreaker', storeErrors.circuitBreaker);
@@ -253,7 +249,6 @@ export function resolveModuleOptions(
     storeErrors: {
       policy: oneOf('storeErrors.policy', storeErrors.policy, STORE_ERROR_POLICIES, D.storeErrors.policy),
       timeoutMs: positive('storeErrors.timeoutMs', storeErrors.timeoutMs, D.storeErrors.timeoutMs),
-      waitForLateAnswers,
       circuitBreaker,
       localFallback: {
         expectedInstances: positive(

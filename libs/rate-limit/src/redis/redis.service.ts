@@ -62,11 +62,11 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
   ) {
     this.timeoutMs = resolved.storeErrors.timeoutMs;
     this.keyPrefix = resolved.keyPrefix;
-    const { circuitBreaker, waitForLateAnswers } = resolved.storeErrors;
+    const { circuitBreaker } = resolved.storeErrors;
     if (circuitBreaker) {
       this.breaker = new RedisCircuitBreaker(circuitBreaker, this.logger, LOG_SAMPLING.intervalMs);
     }
-    this.lateAnswers = new LateAnswers(waitForLateAnswers, this.breaker);
+    this.lateAnswers = new LateAnswers(this.breaker);
     this.redis = connection?.client;
     this.ownsClient = connection?.owned ?? false;
     if (this.redis) {
@@ -109,9 +109,8 @@ export class RedisService implements OnApplicationBootstrap, OnApplicationShutdo
 
   /**
    * Runs a script with the configured deadline, through the circuit breaker. A call past its
-   * deadline waits for its late answer while Redis is slow (`LateAnswers`), or rejects with
-   * `RedisTimeoutError`, which holds the call for that answer; while the circuit is open, calls
-   * reject at once with `BrokenCircuitError`.
+   * deadline rejects with `RedisTimeoutError`, which holds the call for its late answer
+   * (`LateAnswers`); while the circuit is open, calls reject at once with `BrokenCircuitError`.
    */
   run(script: RedisScript, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {
     return this.scriptRunner.run(script, keys, args);

@@ -96,9 +96,8 @@ export class ScriptRunner {
 
   /**
    * A request's call: with the configured deadline, through the circuit breaker. A call past its
-   * deadline waits for its late answer while Redis is slow (`LateAnswers`), or rejects with
-   * `RedisTimeoutError`, which holds the call for that answer; while the circuit is open, calls
-   * reject at once with `BrokenCircuitError`.
+   * deadline rejects with `RedisTimeoutError`, which holds the call for its late answer
+   * (`LateAnswers`); while the circuit is open, calls reject at once with `BrokenCircuitError`.
    */
   run(script: RedisScript, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {
     // A variant built on first use (`ScriptsByAlgorithms`) is loaded on reconnects from now on.

@@ -17,6 +17,11 @@ export interface LocalFallbackOptions {
   maxKeys: number;
   /** The shard of the store a key lives on (`RateLimitStore.shardOf`); default one for all. */
   shardOf?: (key: string) => string;
+  /**
+   * Units were banked for this key (`reconcile`): a refusal of Redis's that a layer above keeps
+   * (the block cache) no longer holds on this instance, which may admit with them.
+   */
+  banked?: (key: string) => void;
 }
 
 /**
@@ -25,6 +30,11 @@ export interface LocalFallbackOptions {
  * lives.
  */
 export type PendingUnits = { hit: RateLimitHit; until: number; shard: string };
+
+/** A decision of the fallback; `recorded`: its units wait to be recorded in the store (`consume`). */
+export interface LocalDecision extends RateLimitConsumption {
+  readonly recorded: boolean;
+}
 
 /** Two reports of one window end agree within this much (they are computed from two clocks). */
 const WINDOW_MATCH_MS = 50;
@@ -54,6 +64,12 @@ type LastSeen = {
   guessed: boolean;
   /** Until when a `blockFor` penalty started here refuses the key (0: none). */
   blockedUntil: number;
+  /**
+   * Units Redis admitted in this window, late, for requests this instance had already refused at
+   * their deadline (`reconcile`): Redis counted them and no client had them, so a request decided
+   * here may take them, within the limit whatever the others admitted.
+   */
+  banked: number;
   /** When this instance last heard of the window (its clock), and the first time, with the count then. */
   at: number;
   since: number;
@@ -96,9 +112,11 @@ export class LocalFallback {
   private readonly pendingPerShard = new Map<string, number>();
   /** When the last window with a share held ends: past it, `holdsShares` has nothing to check. */
   private heldUntil = 0;
+  /** Keys whose window has units banked (`reconcile`): none, and nothing is looked up per request. */
+  private readonly bankedKeys = new Set<string>();
 
   constructor(private readonly options: LocalFallbackOptions) {
-    this.lastSeen = new LRUCache({ max: options.maxKeys });
+    this.lastSeen = new LRUCache({ max: options.maxKeys, dispose: (_, key) => this.bankedKeys.delete(key) });
     this.pending = new LRUCache({
       max: options.maxKeys,
       dispose: ({ shard }) => {
@@ -157,6 +175,7 @@ export class LocalFallback {
           admitted: 0,
           guessed: false,
           blockedUntil: 0,
+          banked: 0,
           at: now,
           since: now,
           sinceUsed: used,
@@ -187,6 +206,8 @@ export class LocalFallback {
       seen.limit = hit.limit;
       seen.resetAt = resetAt;
       seen.guessed = false;
+      seen.banked = 0;
+      this.bankedKeys.delete(hit.key);
       // The rate carries over: the traffic is the same.
       seen.at = seen.since = now;
       seen.sinceUsed = used;
@@ -204,8 +225,9 @@ export class LocalFallback {
   /**
    * Decides a request locally, all rules or none, as the Redis store would.
    * @param unsent true when the failed call never reached Redis (circuit open, no connection): the
-   *   admitted units are recorded later. A call that timed out may still run in Redis, and recording
-   *   its units too would count the request twice: it is recorded only while Redis seems down.
+   *   admitted units are recorded later. A call that timed out may still run in Redis: its units
+   *   are recorded only while Redis seems down, or once its late answer says Redis refused it
+   *   (`reconcile`).
    * @param mayHaveRun the failure may have run in Redis (a call past its deadline, a connection
    *   dropped with calls written). Default: not `unsent`.
    * @param sentAt when the failed call went out (default `now`): what Redis said before then is
@@ -217,45 +239,28 @@ export class LocalFallback {
     unsent: boolean,
     mayHaveRun = !unsent,
     sentAt = now,
-  ): RateLimitConsumption {
+  ): LocalDecision {
     const instances = Math.max(1, this.options.instances?.() ?? this.options.expectedInstances);
     const seemsDown = this.options.storeSeemsDown?.() ?? false;
-    const redisMayBeUp = mayHaveRun && !seemsDown;
+    // A failure that may have run in Redis, while Redis does not seem down, says it may be slow and
+    // deciding on time for other instances: they may have taken the whole limit since this one last
+    // heard, so only the margin above it is shared. A lone instance heard every admission Redis
+    // made (its calls on a key run in order: one still unanswered holds back those after it), so
+    // what Redis last told it stands, as in an outage.
+    const marginOnly = mayHaveRun && !seemsDown && instances > 1;
     // Recorded in Redis once it answers: what never reached it, and what a Redis that seems down
     // (a killed master, a partition) most likely never ran. Should it run after all (a paused
     // Redis resumed), the request counts twice: refusing a few too many, never admitting past
     // the limit unseen.
     const recorded = unsent || seemsDown;
-    const windows = hits.map((hit): LastSeen => {
-      const seen = this.lastSeen.get(hit.key);
-      if (seen && seen.resetAt > now) return seen;
-      // A window Redis has not reported on: as far as this instance knows, it starts now. A
-      // penalty started here outlasts the window, as in Redis.
-      const blockedUntil = seen?.blockedUntil ?? 0;
-      const guessed = {
-        used: 0,
-        limit: hit.limit,
-        resetAt: now + hit.windowMs,
-        admitted: 0,
-        guessed: true,
-        blockedUntil,
-        at: now,
-        since: now,
-        sinceUsed: 0,
-        rate: 0,
-      };
-      this.lastSeen.set(hit.key, guessed);
-      return guessed;
-    });
-    // A failure that may have run in Redis, while Redis does not seem down, says it may be slow and
-    // deciding on time for other instances: they may have taken the whole limit since this one last
-    // heard, so only the margin above it is shared. A call that never went out (circuit open, no
-    // connection), or a Redis that leaves calls unanswered, is an outage every instance meets, and
-    // what Redis last reported stands.
+    // Units Redis admitted late to requests refused here are the first taken: counted there already.
+    const banked = this.takeBanked(hits, now);
+    if (banked) return banked;
+    const windows = hits.map((hit) => this.windowOf(hit, now));
     const shares = hits.map((hit, i) => {
       const window = windows[i];
       const { used } = window;
-      if (redisMayBeUp) {
+      if (marginOnly) {
         return Math.max(0, Math.floor((SLOW_REDIS_BOUND * hit.limit - Math.max(used, hit.limit)) / instances));
       }
       // The count this instance last heard is behind by what the others admitted since, until the
@@ -287,16 +292,93 @@ export class LocalFallback {
         window.blockedUntil = now + hits[i].blockMs;
       }
     }
+    return this.decided(
+      hits,
+      windows,
+      shares.map((share, i) => share - windows[i].admitted),
+      allowed,
+      recorded,
+      now,
+      fits,
+    );
+  }
+
+  /** Whether units Redis admitted late to requests refused here wait for a request (`takeBanked`). */
+  get hasBanked(): boolean {
+    return this.bankedKeys.size > 0;
+  }
+
+  /**
+   * An admission of units Redis admitted late to requests refused here (`reconcile`), if every
+   * hit's window has enough of them: counted in Redis already, whatever decided this request (the
+   * fallback, or Redis refusing it on time for want of the very units it counted for those).
+   */
+  takeBanked(hits: readonly RateLimitHit[], now: number): LocalDecision | undefined {
+    if (this.bankedKeys.size === 0) return undefined;
+    const windows: LastSeen[] = [];
+    for (const hit of hits) {
+      const seen = this.lastSeen.get(hit.key);
+      if (!seen || seen.resetAt <= now) this.bankedKeys.delete(hit.key);
+      if (!seen || seen.resetAt <= now || seen.banked < hit.cost || seen.blockedUntil > now) return undefined;
+      windows.push(seen);
+    }
+    hits.forEach((hit, i) => {
+      windows[i].banked -= hit.cost;
+      if (windows[i].banked === 0) this.bankedKeys.delete(hit.key);
+    });
+    return this.decided(
+      hits,
+      windows,
+      hits.map(() => 0),
+      true,
+      false,
+      now,
+    );
+  }
+
+  /** The window of a key a local decision counts in: Redis's last reported, or one starting now. */
+  private windowOf(hit: RateLimitHit, now: number): LastSeen {
+    const seen = this.lastSeen.get(hit.key);
+    if (seen && seen.resetAt > now) return seen;
+    // A window Redis has not reported on: as far as this instance knows, it starts now. A penalty
+    // started here outlasts the window, as in Redis.
+    const guessed = {
+      used: 0,
+      limit: hit.limit,
+      resetAt: now + hit.windowMs,
+      admitted: 0,
+      guessed: true,
+      blockedUntil: seen?.blockedUntil ?? 0,
+      banked: 0,
+      at: now,
+      since: now,
+      sinceUsed: 0,
+      rate: 0,
+    };
+    this.lastSeen.set(hit.key, guessed);
+    return guessed;
+  }
+
+  /** A local decision as the store reports one; `left`, per hit, what its share has left. */
+  private decided(
+    hits: readonly RateLimitHit[],
+    windows: readonly LastSeen[],
+    left: readonly number[],
+    allowed: boolean,
+    recorded: boolean,
+    now: number,
+    fits?: readonly boolean[],
+  ): LocalDecision {
     return {
       allowed,
+      recorded,
       decisions: hits.map((hit, i) => {
         const window = windows[i];
-        const left = shares[i] - window.admitted;
         const blocked = window.blockedUntil > now;
         return {
-          allowed: allowed || fits[i],
+          allowed: allowed || (fits?.[i] ?? false),
           limit: hit.limit,
-          remaining: blocked ? 0 : Math.max(0, left),
+          remaining: blocked ? 0 : Math.max(0, left[i]) + window.banked,
           resetMs: Math.max(window.resetAt, window.blockedUntil) - now,
         };
       }),
@@ -310,6 +392,37 @@ export class LocalFallback {
           )
         : undefined,
     };
+  }
+
+  /**
+   * What Redis answered, late, to a request this instance decided at its deadline without recording
+   * it (`consume`, `recorded` false), once `remember` has learned the counts from it: undefined if
+   * the call was lost with its connection, unknown whether it ran. Each way the two decisions can
+   * differ is settled so that what clients got is what Redis counts:
+   * - Redis admitted what was refused here: its units are banked, for a later request decided here.
+   * - Redis refused (or never ran) what was admitted here: those units are recorded in Redis.
+   * - Both admitted: counted once, in Redis; the share here gets the units back.
+   * Only in the window Redis counted it in, where that is the one this instance decides in.
+   */
+  reconcile(
+    hits: readonly RateLimitHit[],
+    late: RateLimitConsumption | undefined,
+    admittedHere: boolean,
+    now: number,
+  ): void {
+    hits.forEach((hit, i) => {
+      const seen = this.lastSeen.get(hit.key);
+      if (!seen || seen.resetAt <= now) return;
+      if (late && Math.abs(now + late.decisions[i].resetMs - seen.resetAt) > WINDOW_MATCH_MS) return;
+      if (!late?.allowed) {
+        if (admittedHere) this.addPending(hit, seen.resetAt, now);
+      } else if (admittedHere) seen.admitted = Math.max(0, seen.admitted - hit.cost);
+      else {
+        seen.banked += hit.cost;
+        this.bankedKeys.add(hit.key);
+        this.options.banked?.(hit.key);
+      }
+    });
   }
 
   /**

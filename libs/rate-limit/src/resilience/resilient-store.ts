@@ -14,7 +14,7 @@ import {
 } from '../store/rate-limit-store.js';
 import { DecidingStore, type HitHandling, type ResilientConsumption, type StoreObserver } from './deciding-store.js';
 import { settleFallbackAdmissions } from './fallback-receipt.js';
-import { LocalFallback, type LocalFallbackOptions } from './local-fallback.js';
+import { type LocalDecision, LocalFallback, type LocalFallbackOptions, type PendingUnits } from './local-fallback.js';
 import type { RateLimitStoreErrorPolicy } from './store-error-policy.js';
 
 /** Retry-After for requests refused because the store failed under the policy `'deny'`. */
@@ -41,7 +41,7 @@ export interface ResilienceOptions {
  */
 export class ResilientStore extends DecidingStore {
   private readonly fallback: LocalFallback | undefined;
-  /** Recording what the fallback admitted, once the store answers again (`recordFallbackUnits`). */
+  /** Recording what the fallback admitted, once the store answers again (`recordFallbackUnits`): one at a time. */
   private recording: Promise<void> | undefined;
 
   constructor(
@@ -61,9 +61,6 @@ export class ResilientStore extends DecidingStore {
 
   /** One store call; a failure decided by the policies. One promise beyond the store's. */
   consume(hits: readonly RateLimitHit[], rules: readonly HitHandling[], now?: number): Promise<ResilientConsumption> {
-    // Right after an outage: what the fallback admitted is recorded first, so no call decides
-    // without it (a window's count would start over, and admit the limit again).
-    if (this.recording) return this.recording.then(() => this.consume(hits, rules, now));
     const sentAt = now ?? Date.now();
     return this.call(hits, now).then(
       (consumption) => this.learn(hits, consumption, now),
@@ -93,6 +90,11 @@ export class ResilientStore extends DecidingStore {
     if (fallback) {
       const at = now ?? Date.now();
       fallback.remember(hits, consumption, at);
+      // Refused for want of units Redis counted late for requests refused here: those units.
+      if (!consumption.allowed && fallback.hasBanked && !hits.some(holdsInFlight)) {
+        const banked = fallback.takeBanked(hits, at);
+        if (banked) return banked;
+      }
       const refusals = consumption.allowed ? fallback.shareRefusals(hits, at) : undefined;
       if (refusals) return this.refuseOverShare(hits, consumption, refusals, at);
       if (fallback.hasPending && !this.recording) {
@@ -232,14 +234,6 @@ export class ResilientStore extends DecidingStore {
     const denied = policies.includes('deny');
     const localIndices = denied ? [] : policies.flatMap((policy, i) => (policy === 'local' ? [i] : []));
     const localHits = localIndices.map((i) => hits[i]);
-    if (this.fallback && !unsent) {
-      // A slow Redis still runs the call: its answer, late, tells the fallback the counts.
-      const fallback = this.fallback;
-      this.store
-        .lateAnswer(hits, error, given)
-        ?.then((consumption) => fallback.remember(hits, consumption, given ?? Date.now()))
-        .catch(() => undefined);
-    }
     // The failure, not whether this request's call went out (one held behind a call on its keys
     // did not), tells whether Redis may be up: a call that may have run in it.
     const mayHaveRun = !this.store.neverReached(error);
@@ -247,6 +241,7 @@ export class ResilientStore extends DecidingStore {
       localHits.length > 0 && this.fallback
         ? this.fallback.consume(localHits, now, unsent, mayHaveRun, sentAt)
         : undefined;
+    if (this.fallback && !unsent) this.awaitLateAnswer(this.fallback, hits, error, given, localIndices, local);
     const allowed = !denied && (local?.allowed ?? true);
     const decisions = hits.map((hit, i): RateLimitDecision => {
       const localAt = localIndices.indexOf(i);
@@ -265,28 +260,66 @@ export class ResilientStore extends DecidingStore {
   }
 
   /**
+   * A slow Redis still runs a call past its deadline: its answer, late, tells the fallback the
+   * counts, and settles what it decided meanwhile for this request (`LocalFallback.reconcile`).
+   */
+  private awaitLateAnswer(
+    fallback: LocalFallback,
+    hits: readonly RateLimitHit[],
+    error: unknown,
+    given: number | undefined,
+    localIndices: readonly number[],
+    local: LocalDecision | undefined,
+  ): void {
+    const late = this.store.lateAnswer(hits, error, given);
+    if (!late) return;
+    const reconciles = local !== undefined && !local.recorded;
+    const localHits = reconciles ? localIndices.map((i) => hits[i]) : [];
+    late.then(
+      (consumption) => {
+        const at = given ?? Date.now();
+        fallback.remember(hits, consumption, at);
+        if (!reconciles) return;
+        const decisions = localIndices.map((i) => consumption.decisions[i]);
+        fallback.reconcile(localHits, { ...consumption, decisions }, local.allowed, at);
+      },
+      () => {
+        if (reconciles) fallback.reconcile(localHits, undefined, local.allowed, given ?? Date.now());
+      },
+    );
+  }
+
+  /**
    * The store answers again on these shards: records there what the fallback admitted meanwhile
    * (for windows not over yet), so those requests count against the limit there too. Units of other
    * shards wait for theirs to answer: a call to a master still down would hold every request here
    * behind it, and might never be told apart from one that ran. Never throws.
+   *
+   * Every call goes out now, before any request's call made after this one: Redis runs a
+   * connection's calls in order, so none decides without these units (a window's count would start
+   * over, and admit the limit again), and none waits for their answers either (a stall meanwhile
+   * would hold it past its deadline).
    */
   private async recordFallbackUnits(now: number | undefined, shards: ReadonlySet<string>): Promise<void> {
     const units = this.fallback!.takePending(now ?? Date.now(), shards);
-    let i = 0;
-    try {
-      for (; i < units.length; i += 100) {
-        await this.store.record(
-          // Each into the window it was admitted in: one Redis started since holds none of its requests.
-          units.slice(i, i + 100).map((unit) => ({ ...unit.hit, windowEndsAt: unit.until })),
+    const batches: PendingUnits[][] = [];
+    for (let i = 0; i < units.length; i += 100) batches.push(units.slice(i, i + 100));
+    const recorded = await Promise.allSettled(
+      // Each into the window it was admitted in: one Redis started since holds none of its requests.
+      batches.map((batch) =>
+        this.store.record(
+          batch.map((unit) => ({ ...unit.hit, windowEndsAt: unit.until })),
           now,
-        );
-      }
-    } catch (error) {
+        ),
+      ),
+    );
+    recorded.forEach((result, i) => {
+      if (result.status === 'fulfilled') return;
       // Units whose call never went out wait for the next time Redis answers.
-      if (this.store.neverReached(error)) this.fallback!.putBack(units.slice(i));
-      const reason = describeError(error);
+      if (this.store.neverReached(result.reason)) this.fallback!.putBack(batches[i]);
+      const reason = describeError(result.reason);
       this.problems.report(`record:${reason}`, `Recording requests the fallback admitted failed (${reason})`);
-    }
+    });
   }
 }
 
