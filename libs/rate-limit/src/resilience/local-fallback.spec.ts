@@ -178,13 +178,16 @@ describe('LocalFallback: each instance takes its share of the limit, at most 1.0
 
   it('shares only the margin above the limit for calls that may have reached Redis', () => {
     // Redis may be up and admitting the limit on time to other instances.
-    expect(admitted(fallbackFor(1), hit('a', 5), 10, 0, false)).toBe(1); // 6 - 5
+    expect(admitted(fallbackFor(2), hit('a', 5), 10, 0, false)).toBe(0); // 1 / 2
     expect(admitted(fallbackFor(3), hit('a', 5), 10, 0, false)).toBe(0); // 1 / 3
     expect(admitted(fallbackFor(3), hit('a', 50), 20, 0, false)).toBe(3); // 10 / 3
     // What Redis last said counts when it is above the limit (a changed limit, a failover).
-    const fallback = fallbackFor(1);
+    const fallback = fallbackFor(2);
     fallback.remember([hit('b', 50)], answer(50, 58, 800), 0);
-    expect(admitted(fallback, hit('b', 50), 5, 100, false)).toBe(2);
+    expect(admitted(fallback, hit('b', 50), 5, 100, false)).toBe(1); // (60 - 58) / 2
+    // A lone instance heard every admission Redis made (its calls on a key run in order): what
+    // Redis last left is its own.
+    expect(admitted(fallbackFor(1), hit('a', 5), 10, 0, false)).toBe(5);
   });
 
   it('forgets reset keys', () => {
@@ -204,5 +207,69 @@ describe('LocalFallback: penalties', () => {
     expect(refused.decisions[0].resetMs).toBe(60_000);
     expect(admitted(fallback, login, 1, 1_500)).toBe(0); // another window, still blocked
     expect(admitted(fallback, login, 1, 60_000)).toBe(1);
+  });
+});
+
+/** What Redis answers for a refused hit: the window full, `resetMs` left in it. */
+const refusal = (limit: number, resetMs: number): RateLimitConsumption => ({
+  allowed: false,
+  decisions: [{ allowed: false, limit, remaining: 0, resetMs }],
+  receipts: undefined,
+});
+
+describe('LocalFallback: a slow Redis, decided at the deadline and settled by its late answers', () => {
+  it('takes the units Redis admitted late for requests it refused, and no more', () => {
+    const fallback = fallbackFor(3);
+    const request = hit('a', 5, 2_000);
+    // Three requests past their deadline: refused here (the margin of 5 on 3 instances is no unit).
+    const decided = Array.from({ length: 3 }, () => fallback.consume([request], 100, false));
+    expect(decided.map(({ allowed, recorded }) => ({ allowed, recorded }))).toEqual(
+      Array.from({ length: 3 }, () => ({ allowed: false, recorded: false })),
+    );
+    // Redis runs them when its stall ends: it admits two, the window then full.
+    const late = [answer(5, 4, 2_000), answer(5, 5, 2_000), refusal(5, 2_000)];
+    for (const consumption of late) {
+      fallback.remember([request], consumption, 300);
+      fallback.reconcile([request], consumption, false, 300);
+    }
+    expect(fallback.hasBanked).toBe(true);
+    // The next requests of the window, whatever decides them: two admitted, as Redis counted them.
+    expect(fallback.takeBanked([request], 400)?.allowed).toBe(true);
+    expect(admitted(fallback, request, 3, 500, false)).toBe(1);
+    expect(fallback.takeBanked([request], 600)).toBeUndefined();
+  });
+
+  it('records what it admitted and Redis refused, and gives back to the share what both admitted', () => {
+    const fallback = fallbackFor(1);
+    const request = hit('a', 2, 2_000);
+    // A lone instance heard every admission Redis made: what Redis left is its own, not only the margin.
+    expect(admitted(fallback, request, 3, 100, false)).toBe(2);
+    fallback.remember([request], answer(2, 1, 1_800), 300);
+    fallback.reconcile([request], answer(2, 1, 1_800), true, 300); // Redis admitted it too
+    fallback.reconcile([request], refusal(2, 1_800), true, 300); // Redis refused it: to record
+    expect(fallback.takePending(300).map(({ hit: { cost } }) => cost)).toEqual([1]);
+    // One counted in Redis, one admitted here to record: the limit, whatever Redis answered.
+    expect(admitted(fallback, request, 3, 400, false)).toBe(0);
+  });
+
+  it('lets a window banked here end with it', () => {
+    const fallback = fallbackFor(3);
+    const request = hit('a', 5, 1_000);
+    fallback.consume([request], 100, false);
+    fallback.remember([request], answer(5, 1, 1_000), 200);
+    fallback.reconcile([request], answer(5, 1, 1_000), false, 200);
+    expect(fallback.takeBanked([request], 1_200)).toBeUndefined();
+    expect(fallback.hasBanked).toBe(false);
+  });
+});
+
+describe('LocalFallback: a margin admission Redis admitted too', () => {
+  it('gives the margin its unit back: Redis counted it within the limit', () => {
+    const fallback = fallbackFor(2);
+    const request = hit('a', 10, 2_000);
+    expect(admitted(fallback, request, 3, 100, false)).toBe(1); // (12 - 10) / 2
+    fallback.remember([request], answer(10, 1, 1_900), 200);
+    fallback.reconcile([request], answer(10, 1, 1_900), true, 200);
+    expect(admitted(fallback, request, 3, 300, false)).toBe(1);
   });
 });
