@@ -230,7 +230,7 @@ describe('bad module options fail when the module is declared', () => {
       "RateLimitModule options: 'redisTimeoutMs' is now 'storeErrors.timeoutMs'",
     );
     expect(() => RateLimitModule.forRoot({ storeErrors: { polcy: 'deny' } } as never)).toThrow(
-      "'storeErrors.polcy' is no option (known: policy, timeoutMs, waitForLateAnswers, circuitBreaker, localFallback, status)",
+      "'storeErrors.polcy' is no option (known: policy, timeoutMs, circuitBreaker, localFallback, status)",
     );
   });
 

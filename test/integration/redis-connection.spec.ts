@@ -7,6 +7,7 @@ import request from 'supertest';
 import { RateLimit } from 'nest-rate-limit';
 import { type RateLimitStore, type RedisService, rateLimitKey } from 'nest-rate-limit/store';
 import { fixedWindowCount } from '../support/inspect.js';
+import { until } from '../support/poll.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { RedisService as RedisServiceToken } from 'nest-rate-limit/store';
 import { createStore, hit } from '../support/store-module.js';
@@ -134,9 +135,10 @@ describe('the library’s own Redis connection', () => {
       expect(logs.at('error', /Rate-limit store failed/)).toHaveLength(1);
       const service = app.get(RedisServiceToken);
       if (service.client.status !== 'ready') await once(service.client, 'ready');
-      // The reply never came, within the deadline and a second more: Redis seemed down, so the
-      // fallback's admission is recorded, right after the first answer, before the second
-      // request's call. It ran too: counted twice (a killed master would not have run it).
+      // The reply never came, within the deadline and a second more: the fallback's admission is
+      // recorded, right after the next answer, before the next request's call. It ran too:
+      // counted twice (a killed master would not have run it).
+      await until(() => service.lateCalls.unanswered === 1, { timeoutMs: 5_000, what: 'the lost call judged' });
       await request(app.getHttpServer()).get('/dropped').expect(200);
       await request(app.getHttpServer()).get('/dropped').expect(200);
       expect(await fixedWindowCount(redis, key)).toBe(4);

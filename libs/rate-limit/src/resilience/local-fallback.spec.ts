@@ -273,3 +273,36 @@ describe('LocalFallback: a margin admission Redis admitted too', () => {
     expect(admitted(fallback, request, 3, 300, false)).toBe(1);
   });
 });
+
+describe('LocalFallback: one window named by late answers read over a busy event loop', () => {
+  it('keeps what it banked when the answers read a window end up to half a window apart', () => {
+    const fallback = fallbackFor(3);
+    const request = hit('a', 5, 2_000);
+    for (let i = 0; i < 3; i += 1) fallback.consume([request], 100, false);
+    // Redis answered the three together as its stall ended; a loaded loop read them 70 ms apart.
+    const late: [RateLimitConsumption, number][] = [
+      [answer(5, 4, 2_000), 300],
+      [answer(5, 5, 2_000), 370],
+      [refusal(5, 2_000), 400],
+    ];
+    for (const [consumption, at] of late) {
+      fallback.remember([request], consumption, at);
+      fallback.reconcile([request], consumption, false, at);
+    }
+    expect(admitted(fallback, request, 3, 500, false)).toBe(2);
+  });
+});
+
+describe('LocalFallback: a window guessed here, then reported by Redis', () => {
+  it("takes Redis's end for it, so that later reports read late still name it", () => {
+    const fallback = fallbackFor(3);
+    const request = hit('a', 5, 2_000);
+    fallback.consume([request], 100, false); // guessed: ends at 2,100
+    // Redis ran it when its stall ended, 45 ms later by its report: one window, ending at 2,145.
+    fallback.remember([request], answer(5, 1, 2_000), 145);
+    fallback.reconcile([request], answer(5, 1, 2_000), false, 145);
+    // An answer on time, read 60 ms late by a busy loop: the window's end reads 2,205.
+    fallback.remember([request], refusal(5, 2_000), 205);
+    expect(fallback.takeBanked([request], 210)?.allowed).toBe(true);
+  });
+});

@@ -40,6 +40,18 @@ export interface LocalDecision extends RateLimitConsumption {
 const WINDOW_MATCH_MS = 50;
 
 /**
+ * How far apart two reports of one window's end may be. Each is read as the reply's `resetMs` from
+ * when the app read it, so a busy event loop moves it later: the late answers Redis sends together
+ * at a stall's end, read over 60 ms of a loaded loop, named one window by ends 60 ms apart, and the
+ * units banked from the first were dropped as another window's. A fixed window's next one ends a
+ * whole window after it at the soonest (a reset lets it start sooner, and is announced: `forget`),
+ * so half a window tells them apart; the other algorithms' reset moves with every decision.
+ */
+function windowMatchMs(hit: RateLimitHit): number {
+  return hit.algorithm === 'fixed-window' ? Math.max(WINDOW_MATCH_MS, hit.windowMs / 2) : WINDOW_MATCH_MS;
+}
+
+/**
  * How long after its last local decision a window holds the share this instance took of it
  * (`holdsShares`): long enough for every instance to record what it admitted (each does at its
  * first answer) and for lost writes to be caught; short of an hour-long window after a blip.
@@ -185,12 +197,20 @@ export class LocalFallback {
       }
       // In place: the entry is the key's, and `get` has made it the most recent.
       // A late answer of a window gone, or of one before the window known here: nothing to learn.
-      if (resetAt <= now || (resetAt < seen.resetAt - WINDOW_MATCH_MS && !seen.guessed)) continue;
-      if (Math.abs(resetAt - seen.resetAt) <= WINDOW_MATCH_MS) {
+      // A window guessed here is replaced by Redis's own at its first report (below).
+      const match = seen.guessed ? WINDOW_MATCH_MS : windowMatchMs(hit);
+      if (resetAt <= now || (resetAt < seen.resetAt - match && !seen.guessed)) continue;
+      if (Math.abs(resetAt - seen.resetAt) <= match) {
         // The same window: a fixed window's count never falls (late answers come out of order).
         const same = hit.algorithm === 'fixed-window' && seen.limit === hit.limit;
         seen.used = same ? Math.max(used, seen.used) : used;
         seen.limit = hit.limit;
+        // Redis's report of a window guessed here names it from now on: the guess was only the
+        // time of a local decision, and later reports, read late on a busy loop, drift from it.
+        if (seen.guessed) {
+          seen.resetAt = resetAt;
+          seen.guessed = false;
+        }
         if (now - seen.since >= RATE_SPAN_MS)
           seen.rate = Math.max(0, (seen.used - seen.sinceUsed) / (now - seen.since));
         seen.at = Math.max(seen.at, now);
@@ -413,7 +433,7 @@ export class LocalFallback {
     hits.forEach((hit, i) => {
       const seen = this.lastSeen.get(hit.key);
       if (!seen || seen.resetAt <= now) return;
-      if (late && Math.abs(now + late.decisions[i].resetMs - seen.resetAt) > WINDOW_MATCH_MS) return;
+      if (late && Math.abs(now + late.decisions[i].resetMs - seen.resetAt) > windowMatchMs(hit)) return;
       if (!late?.allowed) {
         if (admittedHere) this.addPending(hit, seen.resetAt, now);
       } else if (admittedHere) seen.admitted = Math.max(0, seen.admitted - hit.cost);
@@ -435,7 +455,7 @@ export class LocalFallback {
   settled(hit: RateLimitHit, units: number, receipt: FallbackReceipt, now: number): void {
     const { windowEndsAt } = receipt;
     const seen = this.lastSeen.get(hit.key);
-    if (seen && Math.abs(seen.resetAt - windowEndsAt) <= WINDOW_MATCH_MS) {
+    if (seen && Math.abs(seen.resetAt - windowEndsAt) <= windowMatchMs(hit)) {
       seen.admitted = Math.max(0, seen.admitted + units);
     }
     if (windowEndsAt <= now || units === 0) return;

@@ -1,4 +1,5 @@
 import { describeError } from '../logging/describe-error.js';
+import { LATE_ANSWER_GRACE_MS } from '../module/defaults.js';
 import type { StoreProblemLog } from '../logging/store-problem-log.js';
 import {
   type RateLimitConsumption,
@@ -271,21 +272,37 @@ export class ResilientStore extends DecidingStore {
     localIndices: readonly number[],
     local: LocalDecision | undefined,
   ): void {
-    const late = this.store.lateAnswer(hits, error, given);
-    if (!late) return;
     const reconciles = local !== undefined && !local.recorded;
     const localHits = reconciles ? localIndices.map((i) => hits[i]) : [];
+    const late = this.store.lateAnswer(hits, error, given);
+    if (!late) {
+      // No answer will come (a reply lost with its connection): what was admitted here is recorded,
+      // counted twice should Redis have run it, never not at all.
+      if (reconciles && local.allowed) fallback.reconcile(localHits, undefined, true, given ?? Date.now());
+      return;
+    }
+    // Settled once: by the answer, or as lost when none came within LATE_ANSWER_GRACE_MS (Redis
+    // seems down then, and most often never runs the call: a killed master, a partition).
+    let settled = !reconciles;
+    const settle = (consumption: RateLimitConsumption | undefined) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      const decisions = consumption && localIndices.map((i) => consumption.decisions[i]);
+      fallback.reconcile(
+        localHits,
+        consumption && { ...consumption, decisions: decisions! },
+        local!.allowed,
+        given ?? Date.now(),
+      );
+    };
+    const timer = reconciles ? setTimeout(() => settle(undefined), LATE_ANSWER_GRACE_MS).unref() : undefined;
     late.then(
       (consumption) => {
-        const at = given ?? Date.now();
-        fallback.remember(hits, consumption, at);
-        if (!reconciles) return;
-        const decisions = localIndices.map((i) => consumption.decisions[i]);
-        fallback.reconcile(localHits, { ...consumption, decisions }, local.allowed, at);
+        fallback.remember(hits, consumption, given ?? Date.now());
+        settle(consumption);
       },
-      () => {
-        if (reconciles) fallback.reconcile(localHits, undefined, local.allowed, given ?? Date.now());
-      },
+      () => settle(undefined),
     );
   }
 
