@@ -156,12 +156,13 @@ const decidingStoreProvider: Provider = {
     // instances are counted.
     store.watchLiftedKeys({ lifted: (keys) => resilient.forget(keys), listening: () => undefined });
     if (!store.shared || !blockCache) return resilient;
-    const keys = (blocked = new BlockedKeys(blockCache.maxKeys));
+    const blockedKeys = new BlockedKeys(blockCache.maxKeys);
+    blocked = blockedKeys;
     const watching = store.watchLiftedKeys({
-      lifted: (lifted) => keys.forget(lifted),
-      listening: (on) => keys.listening(on),
+      lifted: (keys) => blockedKeys.forget(keys),
+      listening: (on) => blockedKeys.listening(on),
     });
-    return watching ? new BlockCacheStore(resilient, keys, clock, observer) : resilient;
+    return watching ? new BlockCacheStore(resilient, blockedKeys, clock, observer) : resilient;
   },
 };
 

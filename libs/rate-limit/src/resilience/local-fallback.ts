@@ -338,8 +338,11 @@ export class LocalFallback {
     const windows: LastSeen[] = [];
     for (const hit of hits) {
       const seen = this.lastSeen.get(hit.key);
-      if (!seen || seen.resetAt <= now) this.bankedKeys.delete(hit.key);
-      if (!seen || seen.resetAt <= now || seen.banked < hit.cost || seen.blockedUntil > now) return undefined;
+      if (!seen || seen.resetAt <= now) {
+        this.bankedKeys.delete(hit.key);
+        return undefined;
+      }
+      if (seen.banked < hit.cost || seen.blockedUntil > now) return undefined;
       windows.push(seen);
     }
     hits.forEach((hit, i) => {

@@ -242,7 +242,10 @@ export class ResilientStore extends DecidingStore {
       localHits.length > 0 && this.fallback
         ? this.fallback.consume(localHits, now, unsent, mayHaveRun, sentAt)
         : undefined;
-    if (this.fallback && !unsent) this.awaitLateAnswer(this.fallback, hits, error, given, localIndices, local);
+    if (this.fallback && !unsent) {
+      const decided = local && { indices: localIndices, hits: localHits, decision: local };
+      this.awaitLateAnswer(this.fallback, hits, error, given, decided);
+    }
     const allowed = !denied && (local?.allowed ?? true);
     const decisions = hits.map((hit, i): RateLimitDecision => {
       const localAt = localIndices.indexOf(i);
@@ -262,48 +265,52 @@ export class ResilientStore extends DecidingStore {
 
   /**
    * A slow Redis still runs a call past its deadline: its answer, late, tells the fallback the
-   * counts, and settles what it decided meanwhile for this request (`LocalFallback.reconcile`).
+   * counts, and settles what it decided meanwhile for this request (`LocalFallback.reconcile`), if
+   * it recorded nothing of it. `localHits`: the hits at `localIndices`, which it decided.
    */
   private awaitLateAnswer(
     fallback: LocalFallback,
     hits: readonly RateLimitHit[],
     error: unknown,
     given: number | undefined,
-    localIndices: readonly number[],
-    local: LocalDecision | undefined,
+    local: { indices: readonly number[]; hits: readonly RateLimitHit[]; decision: LocalDecision } | undefined,
   ): void {
-    const reconciles = local !== undefined && !local.recorded;
-    const localHits = reconciles ? localIndices.map((i) => hits[i]) : [];
     const late = this.store.lateAnswer(hits, error, given);
-    if (!late) {
-      // No answer will come (a reply lost with its connection): what was admitted here is recorded,
-      // counted twice should Redis have run it, never not at all.
-      if (reconciles && local.allowed) fallback.reconcile(localHits, undefined, true, given ?? Date.now());
+    const remember = (consumption: RateLimitConsumption) => fallback.remember(hits, consumption, given ?? Date.now());
+    if (!local || local.decision.recorded) {
+      late?.then(remember).catch(() => undefined);
       return;
     }
+    const { indices, decision } = local;
+    const reconcile = (consumption: RateLimitConsumption | undefined) =>
+      fallback.reconcile(
+        local.hits,
+        consumption && { ...consumption, decisions: indices.map((i) => consumption.decisions[i]) },
+        decision.allowed,
+        given ?? Date.now(),
+      );
+    // No answer will come (a reply lost with its connection): what was admitted here is recorded,
+    // counted twice should Redis have run it, never not at all.
+    if (!late) return reconcile(undefined);
     // Settled once: by the answer, or as lost when none came within LATE_ANSWER_GRACE_MS (Redis
     // seems down then, and most often never runs the call: a killed master, a partition).
-    let settled = !reconciles;
+    let settled = false;
     const settle = (consumption: RateLimitConsumption | undefined) => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      const decisions = consumption && localIndices.map((i) => consumption.decisions[i]);
-      fallback.reconcile(
-        localHits,
-        consumption && { ...consumption, decisions: decisions! },
-        local!.allowed,
-        given ?? Date.now(),
-      );
+      reconcile(consumption);
     };
-    const timer = reconciles ? setTimeout(() => settle(undefined), LATE_ANSWER_GRACE_MS).unref() : undefined;
-    late.then(
-      (consumption) => {
-        fallback.remember(hits, consumption, given ?? Date.now());
-        settle(consumption);
-      },
-      () => settle(undefined),
-    );
+    const timer = setTimeout(() => settle(undefined), LATE_ANSWER_GRACE_MS).unref();
+    late
+      .then(
+        (consumption) => {
+          remember(consumption);
+          settle(consumption);
+        },
+        () => settle(undefined),
+      )
+      .catch(() => undefined);
   }
 
   /**
