@@ -82,14 +82,6 @@ module.exports = {
         'the guard layer above it (http/, transports/, guard/).',
       from: LIMITER,
       to: HTTP,
-      exceptions: [
-        // The client address of `by: 'ip'` is read from the ExecutionContext in the limiter; the
-        // guard should pass the address in (or the client reading move to limiter/). Hot path: its owner.
-        ['limiter/prepare-hits.ts', '(transports|guard)/limited-context\\.ts'],
-        ['limiter/rate-limiter.service.ts', '(transports|guard)/limited-context\\.ts'],
-        // The module-wide allow list reads the client address and user agent the same way.
-        ['limiter/exemptions.ts', '(transports|guard)/limited-context\\.ts'],
-      ],
     }),
     ...layerRule({
       name: 'resilience-imports-nothing-above',

@@ -1,6 +1,3 @@
-import { INTERCEPTORS_METADATA } from '@nestjs/common/constants.js';
-import { UseInterceptors } from '@nestjs/common';
-import { RateLimitInterceptor } from '../http/rate-limit.interceptor.js';
 import type { Duration } from '../rules/duration.js';
 import type { RateLimitOptions } from '../rules/rate-limit-rule.js';
 import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from './metadata-keys.js';
@@ -13,10 +10,10 @@ import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from './metadata-keys.js';
  * Values are checked at bootstrap; a bad one stops the app with an error naming the route and field.
  *
  * A rule that reads the request through a function (`by`, `tier` or `skipIf`) is decided after the
- * app's guards (an authentication guard has set `req.user` by then): `@RateLimit` adds
- * `RateLimitInterceptor` to its handler or controller for that. Every other rule is decided by
- * `RateLimitGuard`, before the app's own guards. A rule with `countOn` gets the interceptor too: on
- * a GraphQL operation or a WebSocket message, the handler's result or error settles its units.
+ * app's guards (an authentication guard has set `req.user` by then), by `RateLimitInterceptor`,
+ * which the module puts on such handlers at bootstrap; so is a rule with `settleCost`, and on a
+ * GraphQL operation or a WebSocket message a rule with `countOn`. Every other rule is decided by
+ * `RateLimitGuard`, before the app's own guards. The decorator itself only writes metadata.
  *
  * @example
  * ```ts
@@ -36,19 +33,11 @@ export function RateLimit(
     typeof optionsOrCount === 'object' && optionsOrCount !== null
       ? { ...optionsOrCount }
       : { count: optionsOrCount, window: window as Duration, configKey };
-  return (target: object, key?: string | symbol, descriptor?: PropertyDescriptor) => {
+  return (target: object, _key?: string | symbol, descriptor?: PropertyDescriptor) => {
     const holder = descriptor ? (descriptor.value as object) : target;
     const existing: RateLimitOptions[] = Reflect.getOwnMetadata(RATE_LIMIT_RULES, holder) ?? [];
     // Decorators apply bottom-up; keep the order in which they are written.
     Reflect.defineMetadata(RATE_LIMIT_RULES, [options, ...existing], holder);
-    const interceptors: unknown[] = Reflect.getOwnMetadata(INTERCEPTORS_METADATA, holder) ?? [];
-    const afterGuards = typeof options.by === 'function' || options.tier !== undefined || options.skipIf !== undefined;
-    // `countOn` on a GraphQL operation or a WebSocket message is settled by the handler's outcome.
-    const settled = (options.countOn !== undefined && options.countOn !== 'all') || options.settleCost !== undefined;
-    if ((afterGuards || settled) && !interceptors.includes(RateLimitInterceptor)) {
-      if (descriptor) UseInterceptors(RateLimitInterceptor)(target, key!, descriptor);
-      else UseInterceptors(RateLimitInterceptor)(target as () => void);
-    }
   };
 }
 

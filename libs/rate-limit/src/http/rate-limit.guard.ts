@@ -25,7 +25,7 @@ import { RateLimitConfigurationError, type RateLimitRule } from '../rules/rate-l
 import { SUPPORTED_HANDLERS } from '../rules/handler-kinds.js';
 import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 import { RateLimitGraphQLError, loadWsRejection } from '../transports/rate-limit-rejections.js';
-import { answerHalfClosedClients, invocationOf, transportOf } from '../transports/limited-context.js';
+import { ContextRequest, answerHalfClosedClients, invocationOf, transportOf } from '../transports/limited-context.js';
 import { UntrustedProxyCheck } from '../transports/untrusted-proxy-check.js';
 
 /**
@@ -108,7 +108,7 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     try {
       const rules = this.registry.rulesFor(context.getClass(), context.getHandler());
       if (rules.length === 0) return ADMITTED;
-      const split = this.registry.splitAroundGuards(rules, context);
+      const split = this.registry.splitAroundGuards(rules, context.getType() === 'http');
       if (!split) return this.decide(rules, context);
       deferToInterceptor(invocationOf(context), this);
       if (split.beforeGuards.length === 0) return ADMITTED;
@@ -127,7 +127,7 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
   decideAfterGuards(context: ExecutionContext): Promise<boolean> {
     try {
       const rules = this.registry.rulesFor(context.getClass(), context.getHandler());
-      const split = this.registry.splitAroundGuards(rules, context);
+      const split = this.registry.splitAroundGuards(rules, context.getType() === 'http');
       if (!split) return ADMITTED;
       return this.decide(split.afterGuards, context, AFTER_GUARDS);
     } catch (error) {
@@ -156,7 +156,7 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     const earlier = invocation[part];
     if (earlier) return Promise.resolve(earlier.allowed);
     if (transport !== 'ws') this.untrustedProxy.check(context);
-    return this.limiter.check(rules, context).then((decided) => {
+    return this.limiter.check(rules, new ContextRequest(context)).then((decided) => {
       invocation[part] = decided;
       const before = part === AFTER_GUARDS ? invocation[OUTCOME] : undefined;
       const outcome = before ? bothParts(before, decided) : decided;

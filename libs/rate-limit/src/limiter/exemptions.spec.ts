@@ -1,8 +1,14 @@
 import type { ExecutionContext } from '@nestjs/common';
+import type { LimitedRequest } from './limited-request.js';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ExemptionProblems, skips } from './exemptions.js';
 
-const context = {} as ExecutionContext;
+const context: LimitedRequest = {
+  address: undefined,
+  gone: () => false,
+  userAgent: () => undefined,
+  context: {} as ExecutionContext,
+};
 
 /** A thenable that is not a native promise, as a query builder's or another promise library's. */
 const thenable = (value: unknown) => ({

@@ -1,11 +1,11 @@
-import { type ExecutionContext, Logger } from '@nestjs/common';
+import { Logger } from '@nestjs/common';
+import type { LimitedRequest } from './limited-request.js';
 import type { RateLimitConfigCentre } from './rate-limit-config-centre.js';
 import { SampledLogger } from '../logging/sampled-logger.js';
 import { describeError } from '../logging/describe-error.js';
 import { LOG_SAMPLING, REJECTION_LOG_MAX_KEYS } from '../module/defaults.js';
 import { AllowList } from '../rules/allow-list.js';
 import type { RateLimitSkipIf } from '../rules/rate-limit-rule.js';
-import { clientOf, userAgentOf } from '../transports/limited-context.js';
 
 /**
  * Where a `skipIf` or an `onNearLimit` that failed, or an allow list a config centre gave that
@@ -52,12 +52,12 @@ export class ExemptionProblems {
  */
 export function skips(
   skipIf: RateLimitSkipIf,
-  context: ExecutionContext,
+  request: LimitedRequest,
   where: string,
   problems: ExemptionProblems,
 ): boolean | Promise<boolean> {
   try {
-    const answer = skipIf(context) as unknown;
+    const answer = skipIf(request.context) as unknown;
     // Any thenable (a query builder's, say), not only a native promise: its answer decides.
     if (typeof (answer as { then?: unknown } | null)?.then === 'function') {
       return Promise.resolve(answer).then(Boolean, (error: unknown) => problems.skipFailed(where, error));
@@ -105,10 +105,10 @@ export class ModuleExemptions {
   }
 
   /** Whether no rule counts this request: its address (or user agent from its networks) allowed, or `skipIf` says so. */
-  skipsRequest(context: ExecutionContext): boolean | Promise<boolean> {
+  skipsRequest(request: LimitedRequest): boolean | Promise<boolean> {
     const list = this.list();
-    if (list?.readsRequest && list.allowsClient(clientOf(context).address, userAgentOf(context))) return true;
-    return this.skipIf ? skips(this.skipIf, context, 'the module', this.problems) : false;
+    if (list?.readsRequest && list.allowsClient(request.address, request.userAgent())) return true;
+    return this.skipIf ? skips(this.skipIf, request, 'the module', this.problems) : false;
   }
 }
 

@@ -1,11 +1,12 @@
-import { type ExecutionContext, HttpException, InternalServerErrorException, Logger } from '@nestjs/common';
+import { HttpException, InternalServerErrorException, Logger } from '@nestjs/common';
 import type { RateLimitConfigCentre, RateLimitOverride } from './rate-limit-config-centre.js';
 import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from '../algorithms/algorithm.js';
 import { parseLimitSettings, ruleWithSettings } from '../rules/limit-settings.js';
 import { RateLimitConfigurationError, type RateLimitMode, type RateLimitRule } from '../rules/rate-limit-rule.js';
 import { ANONYMOUS_IDENTITY, ruleStateKey } from '../store/key-layout.js';
 import type { RateLimitHit } from '../store/rate-limit-store.js';
-import { clientAddressIdentity, clientOf, userAgentOf } from '../transports/limited-context.js';
+import { clientAddressIdentity } from '../rules/client-address.js';
+import type { LimitedRequest } from './limited-request.js';
 import type { AllowList } from '../rules/allow-list.js';
 import { type ExemptionProblems, skips } from './exemptions.js';
 import { describeValue } from '../rules/describe-value.js';
@@ -67,32 +68,32 @@ export class HitPreparation {
   async forRequestExempting(
     rule: RateLimitRule,
     thresholds: Thresholds,
-    context: ExecutionContext,
+    request: LimitedRequest,
     moduleList: AllowList | undefined,
     known?: PreparedRule,
   ): Promise<PreparedRule | null> {
-    if (rule.skipIf && (await skips(rule.skipIf, context, ruleSubject(rule), this.problems))) {
+    if (rule.skipIf && (await skips(rule.skipIf, request, ruleSubject(rule), this.problems))) {
       return null;
     }
     let counted = rule;
     let inForce = thresholds;
     if (rule.tiers) {
-      counted = await this.tierOf(rule, context);
+      counted = await this.tierOf(rule, request);
       if (counted !== rule) {
         inForce = this.thresholds.resolve(counted);
         if (inForce.mode === 'off') return null;
       }
     }
     const { allow } = inForce;
-    if (allow?.readsRequest && allow.allowsClient(clientOf(context).address, userAgentOf(context))) return null;
-    const prepared = counted === rule && known ? known : await this.forRequest(counted, inForce, context);
+    if (allow?.readsRequest && allow.allowsClient(request.address, request.userAgent())) return null;
+    const prepared = counted === rule && known ? known : await this.forRequest(counted, inForce, request);
     if (allow?.allowsIdentity(prepared.identity) || moduleList?.allowsIdentity(prepared.identity)) return null;
     return prepared;
   }
 
   /** The rule of the tier a request is counted under: its `tier` resolver's, else the rule's own. */
-  private async tierOf(rule: RateLimitRule, context: ExecutionContext): Promise<RateLimitRule> {
-    const name: unknown = await rule.tier!(context);
+  private async tierOf(rule: RateLimitRule, request: LimitedRequest): Promise<RateLimitRule> {
+    const name: unknown = await rule.tier!(request.context);
     if (name === undefined || name === null || name === '') return rule;
     const tier = typeof name === 'string' ? rule.tiers!.get(name) : undefined;
     if (tier) return tier;
@@ -110,14 +111,14 @@ export class HitPreparation {
   forRequest(
     rule: RateLimitRule,
     thresholds: Thresholds,
-    context: ExecutionContext,
+    request: LimitedRequest,
   ): PreparedRule | Promise<PreparedRule> {
     const { by, cost, maxCost } = rule;
     if (typeof by !== 'function' && typeof cost === 'number' && typeof maxCost !== 'function') {
-      return this.prepared(rule, thresholds, by === 'global' ? 'global' : this.clientAddress(rule, context), cost);
+      return this.prepared(rule, thresholds, by === 'global' ? 'global' : this.clientAddress(rule, request), cost);
     }
-    return Promise.all([this.identify(rule, context), this.costOf(rule, context)]).then(async ([identity, resolved]) =>
-      this.prepared(rule, thresholds, identity, resolved, await this.maxCostOf(rule, context, resolved)),
+    return Promise.all([this.identify(rule, request), this.costOf(rule, request)]).then(async ([identity, resolved]) =>
+      this.prepared(rule, thresholds, identity, resolved, await this.maxCostOf(rule, request, resolved)),
     );
   }
 
@@ -191,17 +192,17 @@ export class HitPreparation {
   }
 
   /** The client's address: of the HTTP request (a GraphQL operation's too), or of a WebSocket client. */
-  private clientAddress(rule: RateLimitRule, context: ExecutionContext): string {
-    const { address, gone } = clientOf(context);
-    if (!address) throw this.noClientAddress(rule, gone);
+  private clientAddress(rule: RateLimitRule, request: LimitedRequest): string {
+    const { address } = request;
+    if (!address) throw this.noClientAddress(rule, request.gone());
     return clientAddressIdentity(address, this.ipv6PrefixBits);
   }
 
-  private async identify(rule: RateLimitRule, context: ExecutionContext): Promise<string | null> {
+  private async identify(rule: RateLimitRule, request: LimitedRequest): Promise<string | null> {
     const { by } = rule;
     if (by === 'global') return 'global';
-    if (by === 'ip') return this.clientAddress(rule, context);
-    const identity: unknown = await by(context);
+    if (by === 'ip') return this.clientAddress(rule, request);
+    const identity: unknown = await by(request.context);
     if (typeof identity === 'string' && identity !== '') return identity;
     if (typeof identity === 'number' && Number.isFinite(identity)) return String(identity);
     this.warnings.once(
@@ -212,20 +213,20 @@ export class HitPreparation {
     return null;
   }
 
-  private async costOf(rule: RateLimitRule, context: ExecutionContext): Promise<number> {
+  private async costOf(rule: RateLimitRule, request: LimitedRequest): Promise<number> {
     const { cost } = rule;
     if (typeof cost === 'number') return cost;
-    return this.unitsOf(rule, 'cost', await cost(context), 1, 'counting 1');
+    return this.unitsOf(rule, 'cost', await cost(request.context), 1, 'counting 1');
   }
 
   /** A `settleCost` rule's most for this request; its cost (nothing more held in flight) when that fails. */
-  private async maxCostOf(rule: RateLimitRule, context: ExecutionContext, cost: number): Promise<number | undefined> {
+  private async maxCostOf(rule: RateLimitRule, request: LimitedRequest, cost: number): Promise<number | undefined> {
     const { maxCost } = rule;
     if (typeof maxCost !== 'function') return maxCost;
     return this.unitsOf(
       rule,
       'maxCost',
-      await maxCost(context),
+      await maxCost(request.context),
       cost,
       'such requests hold only their reservation in flight, and may overdraw the budget together',
     );

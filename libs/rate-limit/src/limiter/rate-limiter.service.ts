@@ -1,5 +1,4 @@
 import {
-  type ExecutionContext,
   Inject,
   Injectable,
   Logger,
@@ -24,7 +23,8 @@ import type { RateLimitInspection } from './rate-limit-inspection.js';
 import { CountOnWaits } from './count-on-waits.js';
 import { CostSettlement } from './cost-settlement.js';
 import { consumeEnforced } from './shadow-rules.js';
-import { clientAddressIdentity, clientOf } from '../transports/limited-context.js';
+import { clientAddressIdentity } from '../rules/client-address.js';
+import type { LimitedRequest } from './limited-request.js';
 import { HitPreparation, type PreparedRule, Warnings } from './prepare-hits.js';
 import { ExemptionProblems, ModuleExemptions } from './exemptions.js';
 import {
@@ -126,12 +126,14 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   }
 
   /**
-   * Decides one HTTP request against all its rules. Rejects (without counting anything) when an
-   * identity or cost resolver throws, e.g. a `BadRequestException` for a missing API key.
+   * Decides one request of a transport (the guard's) against all its rules. Rejects (without
+   * counting anything) when an identity or cost resolver throws, e.g. a `BadRequestException` for a
+   * missing API key. Outside HTTP: `consume`.
+   * @internal
    */
-  check(rules: readonly RateLimitRule[], context: ExecutionContext): Promise<RateLimitOutcome> {
-    if (this.controls?.anyBans) return this.checkBansFirst(rules, context);
-    return this.checkExempting(rules, context);
+  check(rules: readonly RateLimitRule[], request: LimitedRequest): Promise<RateLimitOutcome> {
+    if (this.controls?.anyBans) return this.checkBansFirst(rules, request);
+    return this.checkExempting(rules, request);
   }
 
   /**
@@ -139,7 +141,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
    * list, a user agent or a `skipIf` never lets a banned identity through. Each rule is prepared
    * once: the decision takes what was prepared here.
    */
-  private async checkBansFirst(rules: readonly RateLimitRule[], context: ExecutionContext): Promise<RateLimitOutcome> {
+  private async checkBansFirst(rules: readonly RateLimitRule[], request: LimitedRequest): Promise<RateLimitOutcome> {
     const identified = new Map<RateLimitRule, PreparedRule>();
     let inForce: RateLimitRule | undefined;
     await Promise.all(
@@ -148,37 +150,37 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         if (thresholds.mode === 'off') return;
         inForce ??= rule;
         try {
-          identified.set(rule, await this.hits.forRequest(rule, thresholds, context));
+          identified.set(rule, await this.hits.forRequest(rule, thresholds, request));
         } catch {
           // Its decision reports the failure, unless an exemption spares the request that resolver.
         }
       }),
     );
-    if (!inForce) return this.checkExempting(rules, context, identified);
-    const { address } = clientOf(context);
+    if (!inForce) return this.checkExempting(rules, request, identified);
     return (
-      this.bannedOutcome([...identified.values()], address, inForce) ?? this.checkExempting(rules, context, identified)
+      this.bannedOutcome([...identified.values()], request.address, inForce) ??
+      this.checkExempting(rules, request, identified)
     );
   }
 
   /** @param identified rules already prepared (while bans are held), taken as they are. */
   private checkExempting(
     rules: readonly RateLimitRule[],
-    context: ExecutionContext,
+    request: LimitedRequest,
     identified?: ReadonlyMap<RateLimitRule, PreparedRule>,
   ): Promise<RateLimitOutcome> {
     const { exemptions } = this;
-    if (!exemptions) return this.checkRules(rules, context, undefined, identified);
+    if (!exemptions) return this.checkRules(rules, request, undefined, identified);
     let skipped: boolean | Promise<boolean>;
     try {
-      skipped = exemptions.skipsRequest(context);
+      skipped = exemptions.skipsRequest(request);
     } catch (error) {
       return Promise.reject(error);
     }
     if (skipped === true) return NOT_COUNTED;
-    if (skipped === false) return this.checkRules(rules, context, exemptions.list(), identified);
+    if (skipped === false) return this.checkRules(rules, request, exemptions.list(), identified);
     return skipped.then((skip) =>
-      skip ? NOT_COUNTED : this.checkRules(rules, context, exemptions.list(), identified),
+      skip ? NOT_COUNTED : this.checkRules(rules, request, exemptions.list(), identified),
     );
   }
 
@@ -188,7 +190,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
    */
   private checkRules(
     rules: readonly RateLimitRule[],
-    context: ExecutionContext,
+    request: LimitedRequest,
     moduleList: AllowList | undefined,
     identified: ReadonlyMap<RateLimitRule, PreparedRule> | undefined,
   ): Promise<RateLimitOutcome> {
@@ -201,19 +203,19 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         if (thresholds.mode === 'off') continue;
         const known = identified?.get(rule);
         const prepared = this.hits.exempting(rule, thresholds, moduleList)
-          ? this.hits.forRequestExempting(rule, thresholds, context, moduleList, known)
-          : (known ?? this.hits.forRequest(rule, thresholds, context));
+          ? this.hits.forRequestExempting(rule, thresholds, request, moduleList, known)
+          : (known ?? this.hits.forRequest(rule, thresholds, request));
         if (prepared instanceof Promise) waits = true;
         preparing.push(prepared);
       }
     } catch (error) {
       return Promise.reject(error);
     }
-    if (!waits) return this.decide(preparing as PreparedRule[], context);
+    if (!waits) return this.decide(preparing as PreparedRule[], request);
     return Promise.all(preparing).then((prepared) =>
       this.decide(
         prepared.filter((rule): rule is PreparedRule => rule !== null),
-        context,
+        request,
       ),
     );
   }
@@ -354,14 +356,14 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   /**
    * One store call for all rules (none of them `'off'`). Rules with `countOn` or in `'shadow'` mode
    * may take more (`decideAsking`); the others, nearly every request, take just that one.
-   * @param context the request's: a request whose client left while it waited stops waiting, and
+   * @param request the request's: a request whose client left while it waited stops waiting, and
    *   is refused like any connection closed before the decision. None outside HTTP.
    */
-  private decide(prepared: readonly PreparedRule[], context: ExecutionContext | undefined): Promise<RateLimitOutcome> {
+  private decide(prepared: readonly PreparedRule[], request: LimitedRequest | undefined): Promise<RateLimitOutcome> {
     if (prepared.length === 0) return Promise.resolve(rateLimitOutcome([], true, []));
     for (const { hit, thresholds } of prepared) {
       if (hit.conditional || thresholds.mode === 'shadow') {
-        return this.decideAsking(prepared, context ? () => clientOf(context).gone : neverGone);
+        return this.decideAsking(prepared, request ? () => request.gone() : neverGone);
       }
     }
     return this.consumeOf(prepared).then((consumption) => this.decided(prepared, consumption));

@@ -1,5 +1,12 @@
 import { type DynamicModule, Logger, Module, type Provider } from '@nestjs/common';
-import { APP_GUARD, APP_INTERCEPTOR, DiscoveryModule, ModuleRef } from '@nestjs/core';
+import {
+  APP_GUARD,
+  APP_INTERCEPTOR,
+  DiscoveryModule,
+  DiscoveryService,
+  MetadataScanner,
+  ModuleRef,
+} from '@nestjs/core';
 import { APP_CONFIG_SERVICE, appConfigService } from '../live/app-config.js';
 import { NestConfigCentre } from '../live/nest-config-centre.js';
 import { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
@@ -14,6 +21,7 @@ import type { Registry } from 'prom-client';
 import type { ConfigService } from '@nestjs/config';
 import { RateLimitGuard } from '../http/rate-limit.guard.js';
 import { RateLimitInterceptor } from '../http/rate-limit.interceptor.js';
+import { placeInterceptor } from '../http/interceptor-placement.js';
 import { RATE_LIMIT_OPTIONS, RateLimitConfigurableModule } from './module-definition.js';
 import {
   RESOLVED_RATE_LIMIT_OPTIONS,
@@ -247,6 +255,25 @@ const configCentreProvider: Provider = {
 };
 
 /**
+ * The interceptor, put on the handlers whose rules are decided after the app's guards; when a
+ * `defaults` rule is, it runs for every route instead (`ownModule`), and is put nowhere.
+ */
+const interceptorProvider: Provider = {
+  provide: RateLimitInterceptor,
+  inject: [ModuleRef, DiscoveryService, MetadataScanner, RateLimitRuleRegistry],
+  useFactory: (
+    moduleRef: ModuleRef,
+    discovery: DiscoveryService,
+    scanner: MetadataScanner,
+    registry: RateLimitRuleRegistry,
+  ) => {
+    const interceptor = new RateLimitInterceptor(moduleRef);
+    if (!defaultsNeedInterceptor(registry.defaults)) placeInterceptor(interceptor, discovery, scanner, registry);
+    return interceptor;
+  },
+};
+
+/**
  * Distributed rate limiting: `imports: [RateLimitModule.forRoot({ redis: process.env.REDIS_URL })]`,
  * then `@RateLimit()` on controllers or handlers. Without `redis`, counters live in this process.
  */
@@ -272,7 +299,7 @@ const configCentreProvider: Provider = {
     RateLimiterService,
     RateLimitManagementService,
     RateLimitGuard,
-    RateLimitInterceptor,
+    interceptorProvider,
   ],
   exports: [
     // The guard needs it wherever @UseGuards(RateLimitGuard) instantiates it.

@@ -2,7 +2,6 @@ import {
   type RateLimitOptions,
   type RateLimitRule,
   RateLimitConfigurationError,
-  readsRequestAfterGuards,
   validateRule,
 } from './rate-limit-rule.js';
 import { ruleKeyId } from '../store/key-layout.js';
@@ -109,7 +108,5 @@ export function countedPerRoute(rule: RateLimitRule, route: string): RateLimitRu
  * `settleCost` (settled by any handler's result).
  */
 export function defaultsNeedInterceptor(rules: readonly DefaultRule[]): boolean {
-  return rules.some(
-    ({ rule }) => readsRequestAfterGuards(rule) || rule.countOn !== 'all' || rule.settleCost !== undefined,
-  );
+  return rules.some(({ rule }) => rule.afterGuards.elsewhere);
 }

@@ -1,11 +1,10 @@
-import { type ExecutionContext, Inject, Injectable, Optional } from '@nestjs/common';
+import { Inject, Injectable, Optional } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from '../decorators/metadata-keys.js';
 import {
   type RateLimitOptions,
   type RateLimitRule,
   RateLimitConfigurationError,
-  readsRequestAfterGuards,
   validateRule,
 } from './rate-limit-rule.js';
 import { DEFAULT_RULES, type DefaultRule, countedPerRoute, defaultRuleFor, perRouteName } from './default-rules.js';
@@ -63,16 +62,12 @@ export class RateLimitRuleRegistry {
 
   /**
    * A handler's rules (as `rulesFor` gave them) split into those `RateLimitGuard` decides before the
-   * app's guards and those `RateLimitInterceptor` decides after them; none when every rule is
-   * decided before. A rule waits for the app's guards when it reads the request through a function
-   * of the app's (`by`, `tier`, `skipIf`), which may read what an authentication guard sets, or when
-   * its interceptor settles it (`settleCost`; outside HTTP, `countOn`), which a later guard's
-   * refusal never reaches. The others, counted by client address or for all, stay before the app's
-   * guards whatever their neighbours need: a login's per-address rule counts the requests an auth
-   * guard refuses. Each part is still one store call.
+   * app's guards and those `RateLimitInterceptor` decides after them (each rule's `afterGuards`);
+   * none when every rule is decided before. Each part is still one store call.
+   * @param http whether the request is an HTTP one (else a GraphQL operation or a WebSocket message)
    */
-  splitAroundGuards(rules: readonly RateLimitRule[], context: ExecutionContext): GuardSplit | undefined {
-    return (context.getType() === 'http' ? this.splitOnHttp : this.splitOnOthers).get(rules);
+  splitAroundGuards(rules: readonly RateLimitRule[], http: boolean): GuardSplit | undefined {
+    return (http ? this.splitOnHttp : this.splitOnOthers).get(rules);
   }
 
   /**
@@ -210,11 +205,9 @@ export class RateLimitRuleRegistry {
   private applied(rules: RateLimitRule[]): readonly RateLimitRule[] {
     if (rules.length === 0) return NO_RULES;
     const frozen = Object.freeze(rules);
-    const onHttp = splitAroundGuards(frozen, waitsForGuardsOnHttp);
+    const onHttp = splitAroundGuards(frozen, (rule) => rule.afterGuards.http);
     if (onHttp) this.splitOnHttp.set(frozen, onHttp);
-    // A GraphQL operation's or a WebSocket message's `countOn` units are settled by the interceptor
-    // (HTTP settles by the response, which always ends).
-    const onOthers = splitAroundGuards(frozen, (rule) => waitsForGuardsOnHttp(rule) || rule.countOn !== 'all');
+    const onOthers = splitAroundGuards(frozen, (rule) => rule.afterGuards.elsewhere);
     if (onOthers) this.splitOnOthers.set(frozen, onOthers);
     return frozen;
   }
@@ -247,11 +240,6 @@ export interface GuardSplit {
   readonly beforeGuards: readonly RateLimitRule[];
   /** Decided by `RateLimitInterceptor`, after them; never empty. */
   readonly afterGuards: readonly RateLimitRule[];
-}
-
-/** On HTTP: a rule that reads the request through the app's functions, or whose cost is settled after the handler. */
-function waitsForGuardsOnHttp(rule: RateLimitRule): boolean {
-  return readsRequestAfterGuards(rule) || rule.settleCost !== undefined;
 }
 
 function splitAroundGuards(

@@ -185,14 +185,17 @@ export interface RateLimitRule {
   readonly tierName?: string;
   /** Set for a rule of the module's `defaults`, as applied to a handler. */
   readonly fromDefaults?: true;
-}
-
-/**
- * Whether a rule reads the request through a function the app gives (`by`, `tier`, `skipIf`): it is
- * then decided after the app's guards, which may set what the function reads (`req.user`).
- */
-export function readsRequestAfterGuards(rule: RateLimitRule): boolean {
-  return typeof rule.by === 'function' || rule.tier !== undefined || rule.skipIf !== undefined;
+  /**
+   * Whether `RateLimitInterceptor` decides the rule, after the app's guards, instead of
+   * `RateLimitGuard` before them: on HTTP, and on GraphQL and WebSocket (`elsewhere`).
+   * - It reads the request through a function of the app's (`by`, `tier`, `skipIf`), which may read
+   *   what an authentication guard sets (`req.user`).
+   * - Or the interceptor settles it (`settleCost`; outside HTTP, `countOn`), which a later guard's
+   *   refusal never reaches: a request refused there holds nothing.
+   * Every other rule, counted by client address or for all, stays before the app's guards whatever
+   * its neighbours need: a login's per-address rule counts the requests an auth guard refuses.
+   */
+  readonly afterGuards: { readonly http: boolean; readonly elsewhere: boolean };
 }
 
 /** Thrown at bootstrap for a rule that cannot work; the message names the route and the field. */
@@ -398,7 +401,20 @@ export function validateRule(
     nearLimit,
     settleCost,
     maxCost,
+    afterGuards: afterGuardsOf(by, tiers !== undefined, skipIf, settleCost, countOn),
   };
+}
+
+function afterGuardsOf(
+  by: RateLimitBy,
+  tiered: boolean,
+  skipIf: RateLimitSkipIf | undefined,
+  settleCost: RateLimitSettleCost | undefined,
+  countOn: RateLimitCountOn,
+): RateLimitRule['afterGuards'] {
+  const http = typeof by === 'function' || tiered || skipIf !== undefined || settleCost !== undefined;
+  // HTTP settles `countOn` units by the response, which always ends; elsewhere the handler's outcome does.
+  return { http, elsewhere: http || countOn !== 'all' };
 }
 
 /**
