@@ -1,0 +1,55 @@
+import { join } from 'node:path';
+import ts from 'typescript';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { ROOT } from '../support/demo-process.js';
+
+/**
+ * Names (values and types together) each entry of the package exports. A ratchet: today's figures,
+ * lowered as the public surface shrinks; never raised. A name moved from one entry to another
+ * shows in both figures.
+ */
+const ENTRY_NAMES_BUDGETS = {
+  'libs/rate-limit/src/index.ts': 48,
+  'libs/rate-limit/src/live/index.ts': 16,
+  'libs/rate-limit/src/ops/index.ts': 8,
+  'libs/rate-limit/src/store/index.ts': 25,
+} as const;
+
+type Entry = keyof typeof ENTRY_NAMES_BUDGETS;
+const ENTRIES = Object.keys(ENTRY_NAMES_BUDGETS) as Entry[];
+
+/** Each entry's exported names, as the compiler sees them with the repository's tsconfig. */
+function exportedNames(): Record<Entry, string[]> {
+  const parsed = ts.getParsedCommandLineOfConfigFile(join(ROOT, 'tsconfig.json'), undefined, {
+    ...ts.sys,
+    onUnRecoverableConfigFileDiagnostic: (diagnostic) => {
+      throw new Error(ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n'));
+    },
+  })!;
+  const program = ts.createProgram(
+    ENTRIES.map((entry) => join(ROOT, entry)),
+    parsed.options,
+  );
+  const checker = program.getTypeChecker();
+  return Object.fromEntries(
+    ENTRIES.map((entry) => {
+      const module = checker.getSymbolAtLocation(program.getSourceFile(join(ROOT, entry))!)!;
+      return [entry, checker.getExportsOfModule(module).map(({ name }) => name)];
+    }),
+  ) as Record<Entry, string[]>;
+}
+
+describe('budget: names the entries export', () => {
+  let names: Record<Entry, string[]>;
+
+  beforeAll(() => {
+    names = exportedNames();
+  });
+
+  it.each(ENTRIES)('%s exports at most its budget of names', (entry) => {
+    const budget = ENTRY_NAMES_BUDGETS[entry];
+    const sorted = [...names[entry]].sort();
+    console.log(`${entry}: ${sorted.length} names (budget ${budget})\n  ${sorted.join('\n  ')}`);
+    expect(sorted.length).toBeLessThanOrEqual(budget);
+  });
+});
