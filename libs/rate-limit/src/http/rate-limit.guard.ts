@@ -25,8 +25,13 @@ import { RateLimitConfigurationError, type RateLimitRule } from '../rules/rate-l
 import { SUPPORTED_HANDLERS } from '../rules/handler-kinds.js';
 import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 import { RateLimitGraphQLError, loadWsRejection } from '../transports/rate-limit-rejections.js';
-import { ContextRequest, answerHalfClosedClients, invocationOf, transportOf } from '../transports/limited-context.js';
-import { UntrustedProxyCheck } from '../transports/untrusted-proxy-check.js';
+import {
+  ContextRequest,
+  UntrustedProxyCheck,
+  answerHalfClosedClients,
+  invocationOf,
+  transportOf,
+} from '../transports/limited-context.js';
 
 /**
  * The guard's decision per request, so a guard registered twice (globally and with `@UseGuards`)
