@@ -11,16 +11,16 @@ import { connectSocket, disconnectSockets, sendMessage } from '../support/socket
 import { ROOT } from './package-copy.js';
 
 /**
- * docs/options.md, "WebSocket behind a proxy": `by: 'ip'` sees the proxy's address, so every client
+ * docs/graphql-and-websocket.md, "WebSocket behind a proxy": `by: 'ip'` sees the proxy's address, so every client
  * behind it shares a counter; the doc's `forwardedAddress`, taken from the doc as written, counts
  * each client by the address the proxy appended to `X-Forwarded-For`.
  */
 
 /** The doc's `forwardedAddress` function, compiled from its code block. */
 function documentedForwardedAddress(): (context: ExecutionContext) => string {
-  const doc = readFileSync(join(ROOT, 'docs/options.md'), 'utf8');
+  const doc = readFileSync(join(ROOT, 'docs/graphql-and-websocket.md'), 'utf8');
   const start = doc.indexOf('function forwardedAddress(');
-  if (start < 0) throw new Error('docs/options.md has no forwardedAddress function');
+  if (start < 0) throw new Error('docs/graphql-and-websocket.md has no forwardedAddress function');
   const indent = /[ \t]*$/.exec(doc.slice(0, start))![0];
   const end = doc.indexOf(`\n${indent}}\n`, start) + indent.length + 2;
   const { outputText } = ts.transpileModule(doc.slice(start, end), {

@@ -170,7 +170,7 @@ describe('a custom config centre', () => {
 });
 
 /**
- * The documented example of a provider that pushes changes (docs/options.md, "Config centre"):
+ * The documented example of a provider that pushes changes (docs/live-limits.md, "A config centre of your own"):
  * limits in a JSON file, re-read when the file changes, held in memory between changes, and
  * started and stopped with the app. A Nacos or Apollo client's change listener takes the place
  * of the file watcher.
