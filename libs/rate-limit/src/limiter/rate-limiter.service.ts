@@ -6,23 +6,19 @@ import {
   type OnApplicationShutdown,
   Optional,
 } from '@nestjs/common';
-import { type DecisionObserver, RATE_LIMIT_METRICS } from './decision-observer.js';
 import { EVERY_RULE, type IdentityControls, RateLimitConfigCentre } from './rate-limit-config-centre.js';
-import { SampledLogger } from '../logging/sampled-logger.js';
 import { describeError } from '../logging/describe-error.js';
 import { StoreProblemLog } from '../logging/store-problem-log.js';
-import { REJECTION_LOG_MAX_KEYS } from '../module/defaults.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
 import { DecidingStore, type ResilientConsumption } from '../resilience/deciding-store.js';
-import { LeasingStore } from '../resilience/leasing.store.js';
 import { RateLimitRuleRegistry, type RateLimitRuleRef } from '../rules/rate-limit-rule.registry.js';
 import { RateLimitConfigurationError, type RateLimitRule } from '../rules/rate-limit-rule.js';
-import { type RateLimitHit, capacityOf } from '../store/rate-limit-store.js';
+import { capacityOf } from '../store/rate-limit-store.js';
 import type { AllowList } from '../rules/allow-list.js';
 import type { RateLimitInspection } from './rate-limit-inspection.js';
-import { CountOnWaits } from './count-on-waits.js';
 import { CostSettlement } from './cost-settlement.js';
-import { consumeEnforced } from './shadow-rules.js';
+import type { Consume, LimiterStep } from './limiter-step.js';
+import { LimiterSteps } from './limiter-steps.js';
 import { clientAddressIdentity } from '../rules/client-address.js';
 import type { LimitedRequest } from './limited-request.js';
 import { HitPreparation, type PreparedRule, Warnings } from './prepare-hits.js';
@@ -30,8 +26,6 @@ import { ExemptionProblems, ModuleExemptions } from './exemptions.js';
 import {
   type ConditionalUnits,
   type RateLimitOutcome,
-  type RateLimitNearLimitEvent,
-  type ReservedUnits,
   type RuleDecision,
   NO_RESERVED_UNITS,
   rateLimitOutcome,
@@ -46,8 +40,6 @@ import {
 export class RateLimiterService implements OnApplicationBootstrap, OnApplicationShutdown {
   private readonly logger = new Logger('RateLimit');
   private readonly hits: HitPreparation;
-  private readonly rejections: SampledLogger | undefined;
-  private readonly countOn: CountOnWaits;
   private readonly exemptionProblems = new ExemptionProblems();
   private readonly warnings = new Warnings();
   /** Made by the first outcome that reserved units (`settleCost`). */
@@ -55,8 +47,6 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   /** Bans and per-identity overrides, when the config centre keeps them (a live one). */
   private readonly controls: IdentityControls | undefined;
   private readonly clock: () => number;
-  /** The module's `onNearLimit`, wrapped so that it never throws into a request. */
-  private readonly onNearLimit: ((event: RateLimitNearLimitEvent) => void) | undefined;
   /** The module's `allow` and `skipIf`; none when neither is given, and nothing is asked per request. */
   private readonly exemptions: ModuleExemptions | undefined;
 
@@ -67,11 +57,9 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     private readonly problems: StoreProblemLog,
     private readonly registry: RateLimitRuleRegistry,
     configCentre: RateLimitConfigCentre,
-    @Optional() @Inject(RATE_LIMIT_METRICS) private readonly metrics: DecisionObserver | null = null,
-    /** The store with leases on top, for requests with a rule that has `lease`; none: leases are not kept. */
-    @Optional() @Inject(LeasingStore) private readonly leasing: LeasingStore | null = null,
+    /** The rule features and option parts the module composed (`LimiterStep`). */
+    @Optional() private readonly steps: LimiterSteps = new LimiterSteps([]),
   ) {
-    this.countOn = new CountOnWaits(options.countOn.inFlightWaitMs);
     this.controls = configCentre.identityControls();
     this.clock = options.clock ?? Date.now;
     this.hits = new HitPreparation(
@@ -83,18 +71,6 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       this.controls,
       this.clock,
     );
-    const { onNearLimit } = options;
-    if (onNearLimit) {
-      this.onNearLimit = (event) => {
-        try {
-          const done = onNearLimit(event) as unknown;
-          if (done instanceof Promise)
-            done.catch((error: unknown) => this.exemptionProblems.hookFailed('onNearLimit', error));
-        } catch (error) {
-          this.exemptionProblems.hookFailed('onNearLimit', error);
-        }
-      };
-    }
     const { allow, skipIf } = options;
     if (allow || skipIf) {
       this.exemptions = new ModuleExemptions(
@@ -105,14 +81,6 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         this.exemptionProblems,
       );
     }
-    const { logging } = options;
-    if (logging) {
-      this.rejections = new SampledLogger(this.logger, {
-        ...logging,
-        maxKeys: REJECTION_LOG_MAX_KEYS,
-        summary: 'Rejected requests of other keys',
-      });
-    }
   }
 
   onApplicationBootstrap(): void {
@@ -120,7 +88,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   }
 
   onApplicationShutdown(): void {
-    this.rejections?.close();
+    this.steps.close();
     this.problems.close();
     this.exemptionProblems.close();
   }
@@ -276,8 +244,8 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   async reset(rules: RateLimitRuleRef | readonly RateLimitRuleRef[], identity: string): Promise<void> {
     checkIdentity(identity, 'reset');
     const keys = this.registry.resolveEvery(rules, 'reset').flatMap((rule) => this.hits.keysOf(rule, identity));
-    await (this.leasing ?? this.store).reset(keys);
-    this.countOn.settled(keys);
+    await this.store.reset(keys);
+    this.steps.released(keys, 'reset');
   }
 
   /**
@@ -326,7 +294,10 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       const reason = describeError(error);
       this.problems.report(`refund:${reason}`, `Settling countOn units failed (${reason}); they stay counted`);
     } finally {
-      this.countOn.settled(settlements.map(({ hit }) => hit.key));
+      this.steps.released(
+        settlements.map(({ hit }) => hit.key),
+        'settled',
+      );
     }
   }
 
@@ -354,55 +325,45 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   }
 
   /**
-   * One store call for all rules (none of them `'off'`). Rules with `countOn` or in `'shadow'` mode
-   * may take more (`decideAsking`); the others, nearly every request, take just that one.
-   * @param request the request's: a request whose client left while it waited stops waiting, and
-   *   is refused like any connection closed before the decision. None outside HTTP.
+   * One store call for all rules (none of them `'off'`), through the steps their features and the
+   * module's options composed (`LimiterStep`): a step may wrap the call, and sees the outcome.
+   * @param request the transport's; none outside HTTP.
    */
   private decide(prepared: readonly PreparedRule[], request: LimitedRequest | undefined): Promise<RateLimitOutcome> {
     if (prepared.length === 0) return Promise.resolve(rateLimitOutcome([], true, []));
-    for (const { hit, thresholds } of prepared) {
-      if (hit.conditional || thresholds.mode === 'shadow') {
-        return this.decideAsking(prepared, request ? () => request.gone() : neverGone);
-      }
+    const steps = this.steps.of(prepared);
+    let consume: Consume = this.consumeOf;
+    for (let i = steps.length - 1; i >= 0; i -= 1) {
+      const step = steps[i];
+      if (!step.consume) continue;
+      const next = consume;
+      consume = (subset) => step.consume!(subset, next, request);
     }
-    return this.consumeOf(prepared).then((consumption) => this.decided(prepared, consumption));
+    return consume(prepared).then((consumption) => this.decided(steps, prepared, consumption));
   }
 
-  /**
-   * Rules with `countOn` wait for units in flight to settle (`CountOnWaits`); `'shadow'` rules that
-   * alone refused are asked again without (`consumeEnforced`).
-   */
-  private async decideAsking(prepared: readonly PreparedRule[], gone: () => boolean): Promise<RateLimitOutcome> {
-    const ask = () => consumeEnforced(prepared, (subset) => this.consumeOf(subset));
-    const consumption = prepared.some((p) => p.hit.conditional)
-      ? await this.countOn.decide(prepared, ask, gone)
-      : await ask();
-    return this.decided(prepared, consumption);
-  }
-
-  private decided(prepared: readonly PreparedRule[], consumption: ResilientConsumption): RateLimitOutcome {
-    const outcome = this.outcome(prepared, consumption);
-    this.metrics?.decided(outcome);
+  private decided(
+    steps: readonly LimiterStep[],
+    prepared: readonly PreparedRule[],
+    consumption: ResilientConsumption | undefined,
+    outcome = this.outcome(prepared, consumption!),
+  ): RateLimitOutcome {
+    for (const step of steps) step.decided?.(outcome, prepared, consumption);
     return outcome;
   }
 
-  private consumeOf(prepared: readonly PreparedRule[]): Promise<ResilientConsumption> {
-    const store = this.leasing && prepared.some((p) => p.rule.lease > 0) ? this.leasing : this.store;
-    if (prepared.length === 1) return store.consume([prepared[0].hit], [prepared[0].rule], this.now());
-    return store.consume(
+  private readonly consumeOf: Consume = (prepared) => {
+    if (prepared.length === 1) return this.store.consume([prepared[0].hit], [prepared[0].rule], this.now());
+    return this.store.consume(
       prepared.map((p) => p.hit),
       prepared.map((p) => p.rule),
       this.now(),
     );
-  }
+  };
 
   private outcome(prepared: readonly PreparedRule[], consumption: ResilientConsumption): RateLimitOutcome {
     const fallback = consumption.storeError !== undefined;
     const decisions: RuleDecision[] = [];
-    let conditional: ConditionalUnits[] = NO_CONDITIONAL_UNITS;
-    let reserved: ReservedUnits[] = NO_RESERVED_UNITS as ReservedUnits[];
-    const { receipts } = consumption;
     for (let i = 0; i < prepared.length; i += 1) {
       const { rule, identity, thresholds, hit } = prepared[i];
       // Field by field, not spread: decisions of several shapes made the spread a slow path.
@@ -420,23 +381,15 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         mode: thresholds.mode,
       };
       if (provisional) decision.provisional = true;
-      if (rule.nearLimit !== undefined && consumption.allowed && !fallback && crossed(rule.nearLimit, decision)) {
-        decision.nearLimit = true;
-        this.onNearLimit?.({ rule: rule.name, identity, limit, remaining, resetMs });
-      }
       decisions.push(decision);
-      if (!allowed && this.rejections && !fallback) this.logRejection(decision, hit);
-      const receipt = receipts?.[i];
-      if (rule.countOn !== 'all' && receipt) {
-        if (conditional === NO_CONDITIONAL_UNITS) conditional = [];
-        conditional.push({ countOn: rule.countOn, refund: { hit, receipt } });
-      }
-      if (rule.settleCost && receipt) {
-        if (reserved === NO_RESERVED_UNITS) reserved = [];
-        reserved.push({ rule, refund: { hit, receipt } });
-      }
     }
-    return rateLimitOutcome(decisions, consumption.allowed, conditional, consumption.storeError, reserved);
+    return rateLimitOutcome(
+      decisions,
+      consumption.allowed,
+      NO_CONDITIONAL_UNITS,
+      consumption.storeError,
+      NO_RESERVED_UNITS,
+    );
   }
 
   /**
@@ -485,26 +438,10 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       fallback: false,
       mode: 'enforce',
     };
-    this.rejections?.record(
-      `ban:${rule.name}:${identity}`,
-      () =>
-        `Refused a banned identity ${identity} (${bannedUnder === EVERY_RULE ? 'every rule' : `rule ${rule.name}`})`,
-    );
     const outcome = rateLimitOutcome([decision], false, []);
     outcome.banned = true;
     outcome.bannedUnder = bannedUnder;
-    this.metrics?.decided(outcome);
-    return outcome;
-  }
-
-  /** Shadow lines are sampled apart, so trying a limit never hides an enforced one's lines. */
-  private logRejection(decision: RuleDecision, hit: RateLimitHit): void {
-    const shadow = decision.mode === 'shadow';
-    this.rejections!.record(
-      shadow ? `shadow:${hit.key}` : hit.key,
-      () =>
-        `${shadow ? 'Would reject (shadow mode)' : 'Rejected'} by rule ${decision.rule.name} (${hit.limit} per ${hit.windowMs} ms, ${hit.algorithm}), key ${hit.key}`,
-    );
+    return this.decided(this.steps.of([]), [], undefined, outcome);
   }
 
   /** The module's clock in whole ms, or undefined for the store's own. */
@@ -512,13 +449,6 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     const { clock } = this.options;
     return clock ? Math.floor(clock()) : undefined;
   }
-}
-
-/** Whether an admission took use (of `limit`) to the `share` or past it, from below it. */
-function crossed(share: number, { limit, remaining, cost }: RuleDecision): boolean {
-  const threshold = Math.ceil(share * limit);
-  const used = limit - remaining;
-  return used >= threshold && used - cost < threshold;
 }
 
 /**
@@ -529,11 +459,6 @@ const NOT_COUNTED = Promise.resolve(rateLimitOutcome([], true, []));
 
 /** The `conditional` of nearly every outcome: no rule with `countOn`. */
 const NO_CONDITIONAL_UNITS = Object.freeze([]) as unknown as ConditionalUnits[];
-
-/** Work outside HTTP has no connection that could close. */
-function neverGone(): boolean {
-  return false;
-}
 
 function checkIdentity(identity: unknown, method: string): void {
   if (typeof identity !== 'string' || identity === '') {

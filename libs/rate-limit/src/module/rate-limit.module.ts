@@ -40,8 +40,6 @@ import { REDIS_CONNECTION, redisConnection } from '../redis/redis-connection.js'
 import { RedisService } from '../redis/redis.service.js';
 import { BlockCacheStore, BlockedKeys } from '../resilience/block-cache.store.js';
 import { DecidingStore } from '../resilience/deciding-store.js';
-import { LeasedUnits } from '../resilience/leased-units.js';
-import { LeasingStore } from '../resilience/leasing.store.js';
 import { ResilientStore } from '../resilience/resilient-store.js';
 import { DeclaredRulesCheck } from '../rules/declared-rules-check.js';
 import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
@@ -54,7 +52,9 @@ import {
 import { MemoryRateLimitStore } from '../store/memory-rate-limit.store.js';
 import { RateLimitStore } from '../store/rate-limit-store.js';
 import { resolveModuleOptions } from './resolve-options.js';
-import { LEASE_MAX_KEYS, LOG_SAMPLING } from './defaults.js';
+import { LOG_SAMPLING } from './defaults.js';
+import { limiterSteps } from './limiter-steps.js';
+import { LimiterSteps } from '../limiter/limiter-steps.js';
 
 const resolvedOptionsProvider: Provider = {
   provide: RESOLVED_RATE_LIMIT_OPTIONS,
@@ -174,22 +174,16 @@ const decidingStoreProvider: Provider = {
   },
 };
 
-/**
- * Leases on top, for requests with a rule that has `lease` (the limiter sends it only those): for
- * a shared store that tells every instance of lowered counts; none otherwise.
- */
-const leasingStoreProvider: Provider = {
-  provide: LeasingStore,
-  inject: [DecidingStore, RateLimitStore, RESOLVED_RATE_LIMIT_OPTIONS],
-  useFactory: (inner: DecidingStore, store: RateLimitStore, { clock }: ResolvedRateLimitOptions) => {
-    if (!store.shared) return null;
-    const leases = new LeasedUnits(LEASE_MAX_KEYS);
-    const watching = store.watchLiftedKeys({
-      lifted: (keys) => leases.forget(keys),
-      listening: (on) => leases.listening(on),
-    });
-    return watching ? new LeasingStore(inner, leases, clock) : null;
-  },
+/** The limiter's steps (`limiter-steps.ts`): what the options and the rules' features compose. */
+const limiterStepsProvider: Provider = {
+  provide: LimiterSteps,
+  inject: [RESOLVED_RATE_LIMIT_OPTIONS, DecidingStore, RateLimitStore, RATE_LIMIT_METRICS],
+  useFactory: (
+    options: ResolvedRateLimitOptions,
+    deciding: DecidingStore,
+    store: RateLimitStore,
+    metrics: RateLimitMetrics | null,
+  ) => new LimiterSteps(limiterSteps(options, deciding, store, metrics)),
 };
 
 /** Prometheus metrics when `metrics` asks for them; `prom-client` is loaded only then. */
@@ -288,7 +282,7 @@ const interceptorProvider: Provider = {
     storeProvider,
     lostWriteCheckSwitchProvider,
     decidingStoreProvider,
-    leasingStoreProvider,
+    limiterStepsProvider,
     configCentreProvider,
     KeyAuditSchedule,
     metricsProvider,

@@ -50,8 +50,13 @@ export class LeasingStore extends DecidingStoreLayer {
   }
 
   reset(keys: readonly string[]): Promise<void> {
-    this.leases.forget(keys);
+    this.forgetLeases(keys);
     return this.inner.reset(keys);
+  }
+
+  /** Drops the units leased here of these keys (reset through the store below this layer). */
+  forgetLeases(keys: readonly string[]): void {
+    this.leases.forget(keys);
   }
 
   /**

@@ -1,5 +1,5 @@
-import type { ResilientConsumption } from '../resilience/deciding-store.js';
-import type { PreparedRule } from './prepare-hits.js';
+import type { ResilientConsumption } from '../../resilience/deciding-store.js';
+import type { PreparedRule } from '../prepare-hits.js';
 
 /** Requests that wait per key for `countOn` units in flight; more are refused at once, without a penalty. */
 const WAITERS_PER_KEY = 100;

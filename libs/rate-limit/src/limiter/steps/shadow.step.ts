@@ -1,6 +1,22 @@
-import type { ResilientConsumption } from '../resilience/deciding-store.js';
-import type { RateLimitReceipt } from '../store/rate-limit-store.js';
-import type { PreparedRule } from './prepare-hits.js';
+import type { ResilientConsumption } from '../../resilience/deciding-store.js';
+import type { RateLimitReceipt } from '../../store/rate-limit-store.js';
+import type { RateLimitMode, RateLimitRule } from '../../rules/rate-limit-rule.js';
+import type { Consume, LimiterStep } from '../limiter-step.js';
+import type { PreparedRule } from '../prepare-hits.js';
+
+/**
+ * Rules in `'shadow'` mode: they never refuse a request (`consumeEnforced`). A rule may be switched
+ * to it live (its `configKey`'s `mode`), so every rule with a `configKey` uses the step too.
+ */
+export class ShadowStep implements LimiterStep {
+  static uses(moduleMode: RateLimitMode): (rule: RateLimitRule) => boolean {
+    return (rule) => (rule.mode ?? moduleMode) === 'shadow' || rule.configKey !== undefined;
+  }
+
+  consume(prepared: readonly PreparedRule[], next: Consume): Promise<ResilientConsumption> {
+    return consumeEnforced(prepared, next);
+  }
+}
 
 /**
  * One store call; and when only `'shadow'` rules refused, another without them, since they never
@@ -9,10 +25,7 @@ import type { PreparedRule } from './prepare-hits.js';
  * receipts are those of `prepared`, in order; a shadowed rule that refused has its refusal and no
  * receipt.
  */
-export async function consumeEnforced(
-  prepared: readonly PreparedRule[],
-  consumeOf: (prepared: readonly PreparedRule[]) => Promise<ResilientConsumption>,
-): Promise<ResilientConsumption> {
+async function consumeEnforced(prepared: readonly PreparedRule[], consumeOf: Consume): Promise<ResilientConsumption> {
   const first = await consumeOf(prepared);
   if (first.allowed || !prepared.some((p) => p.thresholds.mode === 'shadow')) return first;
   const decisions = [...first.decisions];

@@ -1,0 +1,30 @@
+import type { ResilientConsumption } from '../../resilience/deciding-store.js';
+import type { RateLimitRule } from '../../rules/rate-limit-rule.js';
+import type { LimiterStep } from '../limiter-step.js';
+import type { PreparedRule } from '../prepare-hits.js';
+import type { RateLimitOutcome, ReservedUnits } from '../rate-limit-outcome.js';
+
+/**
+ * Rules with `settleCost`: an admitted request's reservation (its `cost`) is left in the outcome
+ * (`outcome.reserved`), to be settled against what it really cost (`RateLimiterService.settleCost`).
+ */
+export class CostReservationsStep implements LimiterStep {
+  static uses(rule: RateLimitRule): boolean {
+    return rule.settleCost !== undefined;
+  }
+
+  decided(
+    outcome: RateLimitOutcome,
+    prepared: readonly PreparedRule[],
+    consumption: ResilientConsumption | undefined,
+  ): void {
+    const receipts = consumption?.receipts;
+    if (!receipts) return;
+    let reserved: ReservedUnits[] | undefined;
+    prepared.forEach(({ rule, hit }, i) => {
+      const receipt = receipts[i];
+      if (rule.settleCost && receipt) (reserved ??= []).push({ rule, refund: { hit, receipt } });
+    });
+    if (reserved) outcome.reserved = reserved;
+  }
+}

@@ -1,0 +1,59 @@
+import type { ResilientConsumption } from '../../resilience/deciding-store.js';
+import type { RateLimitRule } from '../../rules/rate-limit-rule.js';
+import type { LimitedRequest } from '../limited-request.js';
+import type { Consume, LimiterStep } from '../limiter-step.js';
+import type { PreparedRule } from '../prepare-hits.js';
+import type { ConditionalUnits, RateLimitOutcome } from '../rate-limit-outcome.js';
+import { CountOnWaits } from './count-on-waits.js';
+
+/**
+ * Rules with `countOn`: a request turned away only by admissions still in flight waits for them
+ * to settle (`CountOnWaits`); an admitted one leaves its units to settle by how it ends
+ * (`outcome.conditional`, which the guard or the caller of `consume` settles).
+ */
+export class CountOnStep implements LimiterStep {
+  private readonly waits: CountOnWaits;
+
+  static uses(rule: RateLimitRule): boolean {
+    return rule.countOn !== 'all';
+  }
+
+  constructor(inFlightWaitMs: number) {
+    this.waits = new CountOnWaits(inFlightWaitMs);
+  }
+
+  consume(
+    prepared: readonly PreparedRule[],
+    next: Consume,
+    request: LimitedRequest | undefined,
+  ): Promise<ResilientConsumption> {
+    if (!prepared.some((p) => p.hit.conditional)) return next(prepared);
+    // A request whose client left while it waited stops waiting; work outside HTTP has no client.
+    return this.waits.decide(prepared, () => next(prepared), request ? () => request.gone() : neverGone);
+  }
+
+  decided(
+    outcome: RateLimitOutcome,
+    prepared: readonly PreparedRule[],
+    consumption: ResilientConsumption | undefined,
+  ): void {
+    const receipts = consumption?.receipts;
+    if (!receipts) return;
+    let conditional: ConditionalUnits[] | undefined;
+    prepared.forEach(({ rule, hit }, i) => {
+      const receipt = receipts[i];
+      if (rule.countOn !== 'all' && receipt)
+        (conditional ??= []).push({ countOn: rule.countOn, refund: { hit, receipt } });
+    });
+    if (conditional) outcome.conditional = conditional;
+  }
+
+  /** Wakes the requests waiting on those keys' units. */
+  released(keys: readonly string[]): void {
+    this.waits.settled(keys);
+  }
+}
+
+function neverGone(): boolean {
+  return false;
+}

@@ -1,0 +1,12 @@
+import type { DecisionObserver } from '../decision-observer.js';
+import type { LimiterStep } from '../limiter-step.js';
+import type { RateLimitOutcome } from '../rate-limit-outcome.js';
+
+/** The module's `metrics`: every decision counted, after every other step has had its say (`nearLimit`). */
+export class MetricsStep implements LimiterStep {
+  constructor(private readonly observer: DecisionObserver) {}
+
+  decided(outcome: RateLimitOutcome): void {
+    this.observer.decided(outcome);
+  }
+}

@@ -1,0 +1,87 @@
+import { Logger } from '@nestjs/common';
+import type { DecisionObserver } from '../limiter/decision-observer.js';
+import { ExemptionProblems } from '../limiter/exemptions.js';
+import type { LimiterStep, StepEntry } from '../limiter/limiter-step.js';
+import { CostReservationsStep } from '../limiter/steps/cost-reservations.step.js';
+import { CountOnStep } from '../limiter/steps/count-on.step.js';
+import { LeasesStep } from '../limiter/steps/leases.step.js';
+import { MetricsStep } from '../limiter/steps/metrics.step.js';
+import { NearLimitStep } from '../limiter/steps/near-limit.step.js';
+import { RejectionLogStep } from '../limiter/steps/rejection-log.step.js';
+import { ShadowStep } from '../limiter/steps/shadow.step.js';
+import { SampledLogger } from '../logging/sampled-logger.js';
+import type { DecidingStore } from '../resilience/deciding-store.js';
+import { LeasedUnits } from '../resilience/leased-units.js';
+import { LeasingStore } from '../resilience/leasing.store.js';
+import type { RateLimitStore } from '../store/rate-limit-store.js';
+import { LEASE_MAX_KEYS, REJECTION_LOG_MAX_KEYS } from './defaults.js';
+import type { ResolvedRateLimitOptions } from './options.js';
+
+/**
+ * The limiter's steps, in the order they run (the first wraps the store call outermost, and each
+ * sees the outcome before the next): a rule feature's step is made when a rule using it is first
+ * decided, an option's only when the option is set.
+ */
+export function limiterSteps(
+  options: ResolvedRateLimitOptions,
+  deciding: DecidingStore,
+  store: RateLimitStore,
+  metrics: DecisionObserver | null,
+): StepEntry[] {
+  const { clock } = options;
+  const entries: StepEntry[] = [
+    { uses: CountOnStep.uses, make: () => new CountOnStep(options.countOn.inFlightWaitMs) },
+    { uses: ShadowStep.uses(options.mode), make: () => new ShadowStep() },
+    {
+      uses: LeasesStep.uses,
+      make: () => {
+        const leasing = leasingStore(deciding, store, clock);
+        // A store that does not tell every instance of lowered counts keeps no leases: a reset
+        // elsewhere could not drop the units leased here.
+        return leasing ? new LeasesStep(leasing, clock ? () => Math.floor(clock()) : () => undefined) : {};
+      },
+    },
+    { uses: NearLimitStep.uses, make: () => nearLimitStep(options.onNearLimit) },
+    { uses: CostReservationsStep.uses, make: () => new CostReservationsStep() },
+  ];
+  const { logging } = options;
+  if (logging) {
+    const log = new SampledLogger(new Logger('RateLimit'), {
+      ...logging,
+      maxKeys: REJECTION_LOG_MAX_KEYS,
+      summary: 'Rejected requests of other keys',
+    });
+    entries.push({ make: () => new RejectionLogStep(log) });
+  }
+  if (metrics) entries.push({ make: () => new MetricsStep(metrics) });
+  return entries;
+}
+
+function leasingStore(
+  inner: DecidingStore,
+  store: RateLimitStore,
+  clock: (() => number) | undefined,
+): LeasingStore | undefined {
+  if (!store.shared) return undefined;
+  const leases = new LeasedUnits(LEASE_MAX_KEYS);
+  const watching = store.watchLiftedKeys({
+    lifted: (keys) => leases.forget(keys),
+    listening: (on) => leases.listening(on),
+  });
+  return watching ? new LeasingStore(inner, leases, clock) : undefined;
+}
+
+/** The module's `onNearLimit`, made never to throw into a request: a failure is logged by sampling. */
+function nearLimitStep(onNearLimit: ResolvedRateLimitOptions['onNearLimit']): LimiterStep {
+  if (!onNearLimit) return new NearLimitStep(undefined);
+  const problems = new ExemptionProblems();
+  const step = new NearLimitStep((event) => {
+    try {
+      const done = onNearLimit(event) as unknown;
+      if (done instanceof Promise) done.catch((error: unknown) => problems.hookFailed('onNearLimit', error));
+    } catch (error) {
+      problems.hookFailed('onNearLimit', error);
+    }
+  });
+  return Object.assign(step, { close: () => problems.close() });
+}
