@@ -12,7 +12,7 @@ const TRANSPORT = /^(http|transports|guard)\//;
  * rule options' types (the app's functions `by`, `cost`, `skipIf`, `tier` take the context), and
  * the request the limiter is given, which hands that context to those functions unread.
  */
-const NAMING_ONLY = new Set(['rules/rate-limit-rule.ts', 'limiter/limited-request.ts']);
+const NAMING_ONLY = new Set(['rules/rule-options.ts', 'limiter/limited-request.ts']);
 
 function sources(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {

@@ -12,19 +12,19 @@ const MAX_LINES = 300;
  * file joins it. The list ends empty.
  */
 const OVERSIZED_FILES: Readonly<Record<string, number>> = {
-  'http/rate-limit.guard.ts': 309,
+  'http/rate-limit.guard.ts': 308,
   'limiter/prepare-hits.ts': 409,
-  'limiter/rate-limiter.service.ts': 540,
+  'limiter/rate-limiter.service.ts': 469,
   'live/identity-entries.ts': 390,
   'live/rate-limit-management.service.ts': 577,
   'live/redis-config-centre.ts': 317,
-  'module/rate-limit.module.ts': 325,
+  'module/rate-limit.module.ts': 307,
   'redis/call-safety.ts': 327,
   'redis/redis-rate-limit.store.ts': 408,
   'redis/redis.service.ts': 367,
   'resilience/local-fallback.ts': 523,
   'resilience/resilient-store.ts': 354,
-  'rules/rate-limit-rule.ts': 436,
+  'rules/rate-limit-rule.ts': 337,
   'store/memory-rate-limit.store.ts': 314,
 };
 

@@ -1,10 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
-import { SSE_METADATA } from '@nestjs/common/constants.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Handler } from '../rules/handler-kinds.js';
-
-/** Whether each handler seen is an `@Sse()` route: read once, not on every request. */
-const EVENT_STREAM_ROUTES = new WeakMap<Handler, boolean>();
 
 /** Responses already watched: the guard may admit a request in two parts (before and after the app's guards). */
 const WATCHED = new WeakSet<ServerResponse>();
@@ -18,16 +13,10 @@ const WATCHED = new WeakSet<ServerResponse>();
  * `app.close()` would wait for it. A client of an event stream (an `EventSource`) never half-closes
  * to read on: one that shuts its side has left. Destroying the response closes the connection,
  * which Nest's SSE path takes for the client's departure: it unsubscribes the handler's stream,
- * and the request is settled at what its handler reported so far.
+ * and the request is settled at what its handler reported so far. For `@Sse()` routes only
+ * (`RateLimitRuleRegistry.isEventStream`).
  */
 export function endEventStreamWhenClientLeaves(context: ExecutionContext): void {
-  const handler = context.getHandler();
-  let eventStream = EVENT_STREAM_ROUTES.get(handler);
-  if (eventStream === undefined) {
-    eventStream = Reflect.getMetadata(SSE_METADATA, handler) === true;
-    EVENT_STREAM_ROUTES.set(handler, eventStream);
-  }
-  if (!eventStream) return;
   // Express hands us the Node request and response; Fastify its own, wrapping them as `raw`.
   const request = context.getArgByIndex<{ raw?: IncomingMessage } & IncomingMessage>(0);
   const response = context.getArgByIndex<{ raw?: ServerResponse } & ServerResponse>(1);

@@ -1,9 +1,11 @@
 import { INTERCEPTORS_METADATA } from '@nestjs/common/constants.js';
-import type { DiscoveryService, MetadataScanner } from '@nestjs/core';
+import type { Provider } from '@nestjs/common';
+import { DiscoveryService, MetadataScanner, ModuleRef } from '@nestjs/core';
 import { RATE_LIMIT_RULES } from '../decorators/metadata-keys.js';
 import type { Handler } from '../rules/handler-kinds.js';
-import type { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
-import type { RateLimitInterceptor } from './rate-limit.interceptor.js';
+import { defaultsNeedInterceptor } from '../rules/default-rules.js';
+import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
+import { RateLimitInterceptor } from './rate-limit.interceptor.js';
 
 /**
  * Puts the module's `RateLimitInterceptor` on each handler with a rule decided after the app's
@@ -55,3 +57,22 @@ function addFirst(interceptor: RateLimitInterceptor, type: Handler, handler: Han
   if (own.some(placed) || onClass.some(placed)) return;
   Reflect.defineMetadata(INTERCEPTORS_METADATA, [interceptor, ...own], handler);
 }
+
+/**
+ * The interceptor, put on the handlers whose rules are decided after the app's guards; when a
+ * `defaults` rule is, it runs for every route instead (`ownModule`), and is put nowhere.
+ */
+export const interceptorProvider: Provider = {
+  provide: RateLimitInterceptor,
+  inject: [ModuleRef, DiscoveryService, MetadataScanner, RateLimitRuleRegistry],
+  useFactory: (
+    moduleRef: ModuleRef,
+    discovery: DiscoveryService,
+    scanner: MetadataScanner,
+    registry: RateLimitRuleRegistry,
+  ) => {
+    const interceptor = new RateLimitInterceptor(moduleRef);
+    if (!defaultsNeedInterceptor(registry.defaults)) placeInterceptor(interceptor, discovery, scanner, registry);
+    return interceptor;
+  },
+};

@@ -58,10 +58,6 @@ export interface AfterGuardsDecider {
   decideAfterGuards(context: ExecutionContext): Promise<boolean>;
 }
 
-export function deferToInterceptor(request: object, guard: AfterGuardsDecider): void {
-  (request as Invocation)[DEFERRED] = guard;
-}
-
 export function guardDeferredTo(request: object): AfterGuardsDecider | undefined {
   return (request as Invocation)[DEFERRED];
 }
@@ -78,11 +74,9 @@ export function guardDeferredTo(request: object): AfterGuardsDecider | undefined
  * would only add Nest's observable pipeline to every route (about 6% of a small app's requests
  * per second, measured with `npm run bench:http`).
  *
- * A rule whose `by` is a function of the request (`req.user?.id`) is decided after the app's own
- * guards instead, by `RateLimitInterceptor`, which `@RateLimit` adds to its handler: an
- * authentication guard on the controller has then set what `by` reads. The handler's other rules
- * (by client address, or for all) are still decided here, so the requests that guard refuses
- * are counted by them.
+ * A rule decided after the app's guards (`RateLimitRule.afterGuards`: its `by` reads `req.user`)
+ * is left to `RateLimitInterceptor`; the handler's other rules are still decided here, so the
+ * requests an authentication guard refuses are counted by them.
  *
  * Subclass it and override `createException` to change the error.
  */
@@ -115,7 +109,7 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
       if (rules.length === 0) return ADMITTED;
       const split = this.registry.splitAroundGuards(rules, context.getType() === 'http');
       if (!split) return this.decide(rules, context);
-      deferToInterceptor(invocationOf(context), this);
+      (invocationOf(context) as Invocation)[DEFERRED] = this;
       if (split.beforeGuards.length === 0) return ADMITTED;
       return this.decide(split.beforeGuards, context);
     } catch (error) {
@@ -223,7 +217,7 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     }
     if (outcome.allowed) {
       if (outcome.conditional.length > 0) this.settleWhenResponseEnds(outcome, response);
-      endEventStreamWhenClientLeaves(context);
+      if (this.registry.isEventStream(context.getHandler())) endEventStreamWhenClientLeaves(context);
       return true;
     }
 

@@ -41,6 +41,15 @@ export interface LimiterStep {
     prepared: readonly PreparedRule[],
     consumption: ResilientConsumption | undefined,
   ): void;
+  /**
+   * Sees an outcome with a refusal (a shadow rule's beside an admission too); `decided` sees it
+   * first. A step that acts on refusals only keeps off the path of admitted requests.
+   */
+  refused?(
+    outcome: RateLimitOutcome,
+    prepared: readonly PreparedRule[],
+    consumption: ResilientConsumption | undefined,
+  ): void;
   /** Keys whose units were released: reset (`RateLimiterService.reset`) or settled (`settle`). */
   released?(keys: readonly string[], how: 'reset' | 'settled'): void;
   /** At the app's shutdown. */

@@ -1,16 +1,15 @@
 import { HttpException, InternalServerErrorException, Logger } from '@nestjs/common';
-import type { RateLimitConfigCentre, RateLimitOverride } from './rate-limit-config-centre.js';
+import type { IdentityControls, RateLimitConfigCentre, RateLimitOverride } from './rate-limit-config-centre.js';
 import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from '../algorithms/algorithm.js';
 import { parseLimitSettings, ruleWithSettings } from '../rules/limit-settings.js';
 import { RateLimitConfigurationError, type RateLimitMode, type RateLimitRule } from '../rules/rate-limit-rule.js';
 import { ANONYMOUS_IDENTITY, ruleStateKey } from '../store/key-layout.js';
 import type { RateLimitHit } from '../store/rate-limit-store.js';
-import { clientAddressIdentity } from '../rules/client-address.js';
+import { clientAddressIdentity } from '../store/key-layout.js';
 import type { LimitedRequest } from './limited-request.js';
 import type { AllowList } from '../rules/allow-list.js';
 import { type ExemptionProblems, skips } from './exemptions.js';
 import { describeValue } from '../rules/describe-value.js';
-import type { IdentityControls } from './rate-limit-config-centre.js';
 
 /** nginx's status for a client that closed the connection first; nobody receives it, logs show it. */
 const CLIENT_CLOSED = 499;

@@ -19,7 +19,7 @@ import type { RateLimitInspection } from './rate-limit-inspection.js';
 import { CostSettlement } from './cost-settlement.js';
 import type { Consume, LimiterStep } from './limiter-step.js';
 import { LimiterSteps } from './limiter-steps.js';
-import { clientAddressIdentity } from '../rules/client-address.js';
+import { clientAddressIdentity } from '../store/key-layout.js';
 import type { LimitedRequest } from './limited-request.js';
 import { HitPreparation, type PreparedRule, Warnings } from './prepare-hits.js';
 import { ExemptionProblems, ModuleExemptions } from './exemptions.js';
@@ -349,6 +349,8 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     outcome = this.outcome(prepared, consumption!),
   ): RateLimitOutcome {
     for (const step of steps) step.decided?.(outcome, prepared, consumption);
+    if (outcome.allowed && outcome.decisions.every((decision) => decision.allowed)) return outcome;
+    for (const step of steps) step.refused?.(outcome, prepared, consumption);
     return outcome;
   }
 

@@ -1,5 +1,5 @@
 import { isIPv4, isIPv6 } from 'node:net';
-import { expandIPv6 } from '../rules/client-address.js';
+import { expandIPv6 } from '../store/key-layout.js';
 import type { EntryIndex } from './ending-entries.js';
 
 /** An address, or a network (`bits` < the family's width), as a number: IPv4 in 32 bits, IPv6 in 128. */

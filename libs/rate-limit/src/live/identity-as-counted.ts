@@ -1,6 +1,6 @@
 import { isIP, isIPv4 } from 'node:net';
 import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
-import { clientAddressIdentity } from '../rules/client-address.js';
+import { clientAddressIdentity } from '../store/key-layout.js';
 import { addressBits } from './banned-networks.js';
 
 /** How the rules an entry reaches count a client address, and what the entry may be. */

@@ -1,5 +1,6 @@
-import { Logger } from '@nestjs/common';
-import type { DecisionObserver } from '../limiter/decision-observer.js';
+import { Logger, type Provider } from '@nestjs/common';
+import { type DecisionObserver, RATE_LIMIT_METRICS } from '../limiter/decision-observer.js';
+import { LimiterSteps } from '../limiter/limiter-steps.js';
 import { ExemptionProblems } from '../limiter/exemptions.js';
 import type { LimiterStep, StepEntry } from '../limiter/limiter-step.js';
 import { CostReservationsStep } from '../limiter/steps/cost-reservations.step.js';
@@ -10,12 +11,12 @@ import { NearLimitStep } from '../limiter/steps/near-limit.step.js';
 import { RejectionLogStep } from '../limiter/steps/rejection-log.step.js';
 import { ShadowStep } from '../limiter/steps/shadow.step.js';
 import { SampledLogger } from '../logging/sampled-logger.js';
-import type { DecidingStore } from '../resilience/deciding-store.js';
+import { DecidingStore } from '../resilience/deciding-store.js';
 import { LeasedUnits } from '../resilience/leased-units.js';
 import { LeasingStore } from '../resilience/leasing.store.js';
-import type { RateLimitStore } from '../store/rate-limit-store.js';
+import { RateLimitStore } from '../store/rate-limit-store.js';
 import { LEASE_MAX_KEYS, REJECTION_LOG_MAX_KEYS } from './defaults.js';
-import type { ResolvedRateLimitOptions } from './options.js';
+import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from './options.js';
 
 /**
  * The limiter's steps, in the order they run (the first wraps the store call outermost, and each
@@ -85,3 +86,15 @@ function nearLimitStep(onNearLimit: ResolvedRateLimitOptions['onNearLimit']): Li
   });
   return Object.assign(step, { close: () => problems.close() });
 }
+
+/** The limiter's steps: what the options and the rules' features compose. */
+export const limiterStepsProvider: Provider = {
+  provide: LimiterSteps,
+  inject: [RESOLVED_RATE_LIMIT_OPTIONS, DecidingStore, RateLimitStore, RATE_LIMIT_METRICS],
+  useFactory: (
+    options: ResolvedRateLimitOptions,
+    deciding: DecidingStore,
+    store: RateLimitStore,
+    metrics: DecisionObserver | null,
+  ) => new LimiterSteps(limiterSteps(options, deciding, store, metrics)),
+};

@@ -1,12 +1,5 @@
 import { type DynamicModule, Logger, Module, type Provider } from '@nestjs/common';
-import {
-  APP_GUARD,
-  APP_INTERCEPTOR,
-  DiscoveryModule,
-  DiscoveryService,
-  MetadataScanner,
-  ModuleRef,
-} from '@nestjs/core';
+import { APP_GUARD, APP_INTERCEPTOR, DiscoveryModule, ModuleRef } from '@nestjs/core';
 import { APP_CONFIG_SERVICE, appConfigService } from '../live/app-config.js';
 import { NestConfigCentre } from '../live/nest-config-centre.js';
 import { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
@@ -21,7 +14,7 @@ import type { Registry } from 'prom-client';
 import type { ConfigService } from '@nestjs/config';
 import { RateLimitGuard } from '../http/rate-limit.guard.js';
 import { RateLimitInterceptor } from '../http/rate-limit.interceptor.js';
-import { placeInterceptor } from '../http/interceptor-placement.js';
+import { interceptorProvider } from '../http/interceptor-placement.js';
 import { RATE_LIMIT_OPTIONS, RateLimitConfigurableModule } from './module-definition.js';
 import {
   RESOLVED_RATE_LIMIT_OPTIONS,
@@ -53,8 +46,7 @@ import { MemoryRateLimitStore } from '../store/memory-rate-limit.store.js';
 import { RateLimitStore } from '../store/rate-limit-store.js';
 import { resolveModuleOptions } from './resolve-options.js';
 import { LOG_SAMPLING } from './defaults.js';
-import { limiterSteps } from './limiter-steps.js';
-import { LimiterSteps } from '../limiter/limiter-steps.js';
+import { limiterStepsProvider } from './limiter-steps.js';
 
 const resolvedOptionsProvider: Provider = {
   provide: RESOLVED_RATE_LIMIT_OPTIONS,
@@ -174,18 +166,6 @@ const decidingStoreProvider: Provider = {
   },
 };
 
-/** The limiter's steps (`limiter-steps.ts`): what the options and the rules' features compose. */
-const limiterStepsProvider: Provider = {
-  provide: LimiterSteps,
-  inject: [RESOLVED_RATE_LIMIT_OPTIONS, DecidingStore, RateLimitStore, RATE_LIMIT_METRICS],
-  useFactory: (
-    options: ResolvedRateLimitOptions,
-    deciding: DecidingStore,
-    store: RateLimitStore,
-    metrics: RateLimitMetrics | null,
-  ) => new LimiterSteps(limiterSteps(options, deciding, store, metrics)),
-};
-
 /** Prometheus metrics when `metrics` asks for them; `prom-client` is loaded only then. */
 const metricsProvider: Provider = {
   provide: RATE_LIMIT_METRICS,
@@ -245,25 +225,6 @@ const configCentreProvider: Provider = {
       );
     }
     return new NestConfigCentre(config);
-  },
-};
-
-/**
- * The interceptor, put on the handlers whose rules are decided after the app's guards; when a
- * `defaults` rule is, it runs for every route instead (`ownModule`), and is put nowhere.
- */
-const interceptorProvider: Provider = {
-  provide: RateLimitInterceptor,
-  inject: [ModuleRef, DiscoveryService, MetadataScanner, RateLimitRuleRegistry],
-  useFactory: (
-    moduleRef: ModuleRef,
-    discovery: DiscoveryService,
-    scanner: MetadataScanner,
-    registry: RateLimitRuleRegistry,
-  ) => {
-    const interceptor = new RateLimitInterceptor(moduleRef);
-    if (!defaultsNeedInterceptor(registry.defaults)) placeInterceptor(interceptor, discovery, scanner, registry);
-    return interceptor;
   },
 };
 

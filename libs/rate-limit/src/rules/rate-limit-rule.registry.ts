@@ -1,4 +1,5 @@
 import { Inject, Injectable, Optional } from '@nestjs/common';
+import { SSE_METADATA } from '@nestjs/common/constants.js';
 import { Reflector } from '@nestjs/core';
 import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from '../decorators/metadata-keys.js';
 import {
@@ -38,6 +39,8 @@ export class RateLimitRuleRegistry {
   private readonly rulesByName = new Map<string, RateLimitRule[]>();
   /** Rules counted per route, each with the name of its route's counter (`perRouteName`). */
   private readonly perRoute = new Map<RateLimitRule, string>();
+  /** The `@Sse()` routes among the handlers compiled. */
+  private readonly eventStreams = new WeakSet<Handler>();
   /** Rules given to the limiter's API as options, validated once per object. */
   private readonly givenRules = new WeakMap<object, RateLimitRule>();
 
@@ -58,6 +61,11 @@ export class RateLimitRuleRegistry {
     let rules = byHandler.get(handler);
     if (!rules) byHandler.set(handler, (rules = this.compile(controller, handler)));
     return rules;
+  }
+
+  /** Whether a handler (one `rulesFor` compiled) is an `@Sse()` route: its stream ends when its client leaves. */
+  isEventStream(handler: Handler): boolean {
+    return this.eventStreams.has(handler);
   }
 
   /**
@@ -152,6 +160,7 @@ export class RateLimitRuleRegistry {
   }
 
   private compile(controller: Handler, handler: Handler): readonly RateLimitRule[] {
+    if (Reflect.getMetadata(SSE_METADATA, handler) === true) this.eventStreams.add(handler);
     const className = controller.name;
     const route = `${className}.${handler.name}`;
     const problems: string[] = [];

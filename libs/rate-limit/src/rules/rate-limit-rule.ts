@@ -1,150 +1,35 @@
-import type { ExecutionContext } from '@nestjs/common';
 import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from '../algorithms/algorithm.js';
-import { type Duration, MAX_DURATION_MS, parseCount, parseDuration } from './duration.js';
+import { MAX_DURATION_MS, parseCount, parseDuration } from './duration.js';
 import { type RateLimitStoreErrorPolicy, STORE_ERROR_POLICIES } from '../resilience/store-error-policy.js';
 import { ruleKeyId } from '../store/key-layout.js';
-import { AllowList, type RateLimitAllowList } from './allow-list.js';
+import { AllowList } from './allow-list.js';
+import {
+  COUNT_ON,
+  RATE_LIMIT_MODES,
+  type RateLimitBy,
+  type RateLimitCost,
+  type RateLimitCountOn,
+  type RateLimitMode,
+  type RateLimitOptions,
+  type RateLimitSettleCost,
+  type RateLimitSkipIf,
+  type RateLimitTierResolver,
+} from './rule-options.js';
 
-/** What a `by` function may give: an identity, or none (`undefined`, `null`, `''`). */
-export type RateLimitIdentity = string | number | null | undefined;
-
-/**
- * Computes the identity a request is counted under (a user id, an API key, a tenant). It runs after
- * the app's guards, so it can read what an authentication guard set (`req.user?.id`). Requests it
- * gives no identity share one anonymous counter; throw an `HttpException` (e.g.
- * `BadRequestException`) to refuse them instead.
- */
-export type RateLimitIdentityResolver = (context: ExecutionContext) => RateLimitIdentity | Promise<RateLimitIdentity>;
-
-/**
- * Who shares a counter: `'ip'` (the client address as the HTTP adapter reports it, honouring the
- * app's trust-proxy setting), `'global'` (one counter for the rule), or a resolver function.
- */
-export type RateLimitBy = 'ip' | 'global' | RateLimitIdentityResolver;
-
-/** Units a request consumes: a number, or a function of the context (e.g. upload size in MB). */
-export type RateLimitCost = number | ((context: ExecutionContext) => number | Promise<number>);
-
-/**
- * Whether a request skips a rule (module-wide: every rule). It runs after the app's guards, as `by`
- * does. One that throws or rejects skips nothing: the request is decided as if it were not there
- * (the error is logged by sampling).
- */
-export type RateLimitSkipIf = (context: ExecutionContext) => boolean | Promise<boolean>;
-
-/**
- * The tier (plan) a request is counted under: a name of the rule's `tiers`. None (`undefined`,
- * `null`, `''`): the rule's own `count` and `window`. It runs after the app's guards, as `by` does.
- */
-export type RateLimitTierResolver = (
-  context: ExecutionContext,
-) => string | null | undefined | Promise<string | null | undefined>;
-
-/** A tier's limit: a count per the rule's window, or its own thresholds. */
-export type RateLimitTier = number | { count: number; window?: Duration; burst?: number };
-
-/** What `@RateLimit()` takes. */
-export interface RateLimitOptions {
-  /**
-   * Requests admitted per window: a positive whole number. With `tiers`: the limit of a request the
-   * `tier` resolver names no tier for.
-   */
-  count: number;
-  /** Window length: milliseconds or a duration string (`'500ms'`, `'1s'`, `'1m'`, `'1h'`, `'1d'`). */
-  window: Duration;
-  /** Key in the config centre whose `count` / `window` override the values above at run time. */
-  configKey?: string;
-  /** Who shares a counter. Default `'ip'`. */
-  by?: RateLimitBy;
-  /**
-   * Stable name of the rule: part of the Redis key, and how a handler rule replaces a class rule.
-   * Default `Controller` for a class rule (one budget for all its handlers), `Controller.method`
-   * for a handler rule.
-   */
-  name?: string;
-  /** How to count. Default `'fixed-window'`. */
-  algorithm?: RateLimitAlgorithmName;
-  /** token-bucket and gcra: units that may arrive at once. Default `count`. */
-  burst?: number;
-  /** Units a request consumes. Default 1. */
-  cost?: RateLimitCost;
-  /** Once the rule rejects an identity, keep rejecting it for this long (a penalty). */
-  blockFor?: Duration;
-  /**
-   * Which requests stay counted: `'all'` (default), `'success'` (the response's status is below
-   * 400) or `'failure'` (400 or above, or the response never finished: a thrown handler, a timeout,
-   * a broken stream). The others are refunded when the response ends. On a GraphQL operation or a
-   * WebSocket message, the handler decides: its result is a success, its error a failure.
-   */
-  countOn?: RateLimitCountOn;
-  /** What this rule decides when the store fails; default: the module's `storeErrors.policy`. */
-  onStoreError?: RateLimitStoreErrorPolicy;
-  /**
-   * For a counter hotter than one Redis key can serve (a `'global'` rule at tens of thousands of
-   * requests per second): each instance takes this many units of the window from Redis at once and
-   * admits from them without asking again, so Redis sees one call per `lease` requests. Never more
-   * than `count` are admitted in a window across instances; up to `lease` units per instance may go
-   * unused when a window ends. Fixed-window rules without `blockFor` or `countOn` only; the embedded
-   * store (no Redis) counts exactly and ignores it. Default: none (every request asks Redis).
-   */
-  lease?: number;
-  /**
-   * `'enforce'` rejects past the limit; `'shadow'` counts and decides the same but never rejects
-   * (would-be rejections are logged by sampling and counted), to try a limit on real traffic first;
-   * `'off'` skips the rule. A config centre's `mode` for the rule's `configKey` wins. Default: the
-   * module's `mode` (`'enforce'`).
-   */
-  mode?: RateLimitMode;
-  /** Requests this rule does not count (nor sends headers for): a function of the context. */
-  skipIf?: RateLimitSkipIf;
-  /**
-   * Requests this rule does not count, by address, identity or user agent. A config centre's
-   * `allow` for the rule's `configKey` replaces it while the app runs.
-   */
-  allow?: RateLimitAllowList;
-  /**
-   * Limits per plan: `{ pro: 5000, partner: { count: 20000, window: '1m' } }`, picked per request by
-   * `tier`. A request of no tier (or one not declared here, said once) gets `count` and `window`.
-   * Tiers count on one counter per identity: an identity that changes plan keeps what it used. With
-   * a `configKey`, tier `pro` reads its live values from `<configKey>.pro`.
-   */
-  tiers?: Readonly<Record<string, RateLimitTier>>;
-  /** Which of `tiers` a request is counted under. Required with `tiers`. */
-  tier?: RateLimitTierResolver;
-  /**
-   * A share of the limit (above 0, below 1; `0.8`: 80%): the admission that takes an identity's use
-   * to it or past it is counted in the metrics (`near_limit_total`) and given to the module's
-   * `onNearLimit`, so an app can warn a customer before the 429. Once per crossing, not per request.
-   */
-  nearLimit?: number;
-  /**
-   * The units a request really cost, known only after its handler (tokens an LLM call used, rows
-   * exported): a function of the handler's result. `cost` is then what is reserved up front (an
-   * estimate); after the handler the difference is refunded or charged, in one store call. An
-   * overdraft is charged in full, past the limit if need be, so the identity's next requests wait
-   * for it. A handler that throws keeps the reservation. Settled by `RateLimitInterceptor`, which
-   * `@RateLimit` adds; outside HTTP, `RateLimiterService.settleCost`. Needs `maxCost`.
-   */
-  settleCost?: RateLimitSettleCost;
-  /**
-   * With `settleCost`: the most one request can really cost (an LLM call's `max_tokens`, an export's
-   * page size), or a function of the request giving it (not for `consume`). Until it is settled, a request counts against the others at its most: one is
-   * admitted only while the budget holds it and every request still in flight at their most. So
-   * requests running together never pass the budget by more than one request's overdraft (the
-   * most less the reservation), and one alone spends the budget by its estimate.
-   */
-  maxCost?: RateLimitCost;
-}
-
-/** What a request really cost, from its handler's result (a whole number >= 0). */
-export type RateLimitSettleCost = (result: unknown, context: ExecutionContext) => number | Promise<number>;
-
-/** Whether a rule rejects (`'enforce'`), only reports what it would reject (`'shadow'`), or is skipped (`'off'`). */
-export type RateLimitMode = 'enforce' | 'shadow' | 'off';
-export const RATE_LIMIT_MODES: readonly RateLimitMode[] = ['enforce', 'shadow', 'off'];
-
-export type RateLimitCountOn = 'all' | 'success' | 'failure';
-const COUNT_ON: readonly RateLimitCountOn[] = ['all', 'success', 'failure'];
+export type {
+  RateLimitIdentity,
+  RateLimitIdentityResolver,
+  RateLimitBy,
+  RateLimitCost,
+  RateLimitSkipIf,
+  RateLimitTierResolver,
+  RateLimitTier,
+  RateLimitOptions,
+  RateLimitSettleCost,
+  RateLimitMode,
+  RateLimitCountOn,
+} from './rule-options.js';
+export { RATE_LIMIT_MODES } from './rule-options.js';
 
 /** A rule after validation at bootstrap, as the guard uses it on every request. */
 export interface RateLimitRule {

@@ -13,12 +13,11 @@ import type { RateLimitOutcome } from '../rate-limit-outcome.js';
 export class RejectionLogStep implements LimiterStep {
   constructor(private readonly log: SampledLogger) {}
 
-  decided(
+  refused(
     outcome: RateLimitOutcome,
     prepared: readonly PreparedRule[],
     consumption: ResilientConsumption | undefined,
   ): void {
-    // A shadow rule's refusal is logged beside an admission too.
     if (outcome.banned) return this.banned(outcome);
     if (!consumption || consumption.storeError !== undefined) return;
     outcome.decisions.forEach((decision, i) => {

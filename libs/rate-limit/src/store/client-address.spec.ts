@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { clientAddressIdentity } from './client-address.js';
+import { clientAddressIdentity } from './key-layout.js';
 
 describe('clientAddressIdentity', () => {
   it('keeps IPv4 and unwraps IPv4-mapped IPv6', () => {
