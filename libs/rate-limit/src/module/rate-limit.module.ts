@@ -5,6 +5,7 @@ import { NestConfigCentre } from '../live/nest-config-centre.js';
 import { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
 import { RateLimitManagementService } from '../live/rate-limit-management.service.js';
 import { KeyAuditSchedule } from '../ops/key-audit-schedule.js';
+import { RateLimitKeyAudit } from '../ops/rate-limit-key-audit.js';
 import { RedisConfigCentre } from '../live/redis-config-centre.js';
 import { RateLimitHealthIndicator } from '../ops/rate-limit-health.indicator.js';
 import { RATE_LIMIT_METRICS } from '../limiter/decision-observer.js';
@@ -28,8 +29,9 @@ import { LostWriteCheck } from '../redis/failover/lost-write-check.js';
 import { LostWriteCheckSwitch } from '../redis/failover/lost-write-check-switch.js';
 import { ReplicaWait } from '../redis/failover/replica-wait.js';
 import { RedisRateLimitStore } from '../redis/redis-rate-limit.store.js';
-import { REDIS_CONNECTION, redisConnection } from '../redis/redis-connection.js';
+import { IoredisNotInstalledError, REDIS_CONNECTION, redisConnection } from '../redis/redis-connection.js';
 import { RedisService } from '../redis/redis.service.js';
+import { CHECK_ACCESS_AT_START } from '../redis/start-checks.js';
 import { BlockCacheStore, BlockedKeys } from '../resilience/block-cache.store.js';
 import { DecidingStore } from '../resilience/deciding-store.js';
 import { LeasedUnits } from '../resilience/leased-units.js';
@@ -62,7 +64,20 @@ const resolvedOptionsProvider: Provider = {
 const redisConnectionProvider: Provider = {
   provide: REDIS_CONNECTION,
   inject: [RATE_LIMIT_OPTIONS, StoreProblemLog],
-  useFactory: ({ redis }: RateLimitModuleOptions, problems: StoreProblemLog) => redisConnection(redis, problems),
+  useFactory: ({ redis }: RateLimitModuleOptions, problems: StoreProblemLog) =>
+    redisConnection(redis, problems).catch((error: unknown) => {
+      throw error instanceof IoredisNotInstalledError ? new RateLimitConfigurationError(error.message) : error;
+    }),
+};
+
+/**
+ * Whether the app's start checks that the Redis user may run what the scripts run: in an app that
+ * declares rules. An operator's tool (the CLI, run by a read-only user perhaps) runs what its user may.
+ */
+const checkAccessProvider: Provider = {
+  provide: CHECK_ACCESS_AT_START,
+  inject: [RateLimitRuleRegistry],
+  useFactory: (rules: RateLimitRuleRegistry) => () => rules.all().length > 0,
 };
 
 /** The app's `ConfigService`, when `@nestjs/config` is installed and this module sees one. */
@@ -145,8 +160,8 @@ const decidingStoreProvider: Provider = {
       localFallback: {
         ...storeErrors.localFallback,
         maxKeys: memoryStore.maxKeys,
-        instances: store instanceof RedisRateLimitStore ? () => redis.instances : undefined,
-        storeSeemsDown: store instanceof RedisRateLimitStore ? () => redis.seemsDown : undefined,
+        instances: store instanceof RedisRateLimitStore ? () => redis.news.instances : undefined,
+        storeSeemsDown: store instanceof RedisRateLimitStore ? () => redis.runner.seemsDown : undefined,
         // Units Redis counted for requests refused here, which this instance may admit with.
         banked: (key) => blocked?.forget([key]),
       },
@@ -206,7 +221,7 @@ const metricsProvider: Provider = {
     }
     const registry = (metrics.registry as Registry | undefined) ?? client.register;
     return new RateLimitMetrics(client, registry, metrics.prefix, {
-      circuitState: () => (redis.isConfigured ? redis.circuitState : undefined),
+      circuitState: () => (redis.isConfigured ? redis.runner.circuitState : undefined),
       liveConfig: () => (centre instanceof RedisConfigCentre ? centre.state : undefined),
       keysWithoutTtl: () => audit.keysWithoutTtl,
       ruleNames: () => rules.all().map((rule) => rule.name),
@@ -256,6 +271,7 @@ const configCentreProvider: Provider = {
     resolvedOptionsProvider,
     redisConnectionProvider,
     appConfigProvider,
+    checkAccessProvider,
     RedisService,
     problemLogProvider,
     storeProvider,
@@ -263,6 +279,7 @@ const configCentreProvider: Provider = {
     decidingStoreProvider,
     leasingStoreProvider,
     configCentreProvider,
+    RateLimitKeyAudit,
     KeyAuditSchedule,
     metricsProvider,
     RateLimitHealthIndicator,
@@ -286,6 +303,7 @@ const configCentreProvider: Provider = {
     RateLimiterService,
     RateLimitManagementService,
     RateLimitHealthIndicator,
+    RateLimitKeyAudit,
     RateLimitGuard,
     RateLimitInterceptor,
   ],

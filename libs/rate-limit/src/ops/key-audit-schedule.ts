@@ -1,6 +1,7 @@
 import { Inject, Injectable, type OnApplicationShutdown } from '@nestjs/common';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
 import { RedisService } from '../redis/redis.service.js';
+import { RateLimitKeyAudit } from './rate-limit-key-audit.js';
 
 /** Keys per SCAN in the background: small batches, so the PTTLs that follow never crowd out requests. */
 const SCAN_COUNT = 100;
@@ -23,6 +24,7 @@ export class KeyAuditSchedule implements OnApplicationShutdown {
 
   constructor(
     private readonly redis: RedisService,
+    private readonly keyAudit: RateLimitKeyAudit,
     @Inject(RESOLVED_RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
   ) {
     this.lockKey = `${options.keyPrefix}:config:audit-lock`;
@@ -53,21 +55,20 @@ export class KeyAuditSchedule implements OnApplicationShutdown {
   }
 
   private async audit(): Promise<void> {
-    const { redis } = this;
+    const { runner } = this.redis;
     const intervalMs = this.options.keyAudit.intervalMs;
-    const client = redis.client;
-    const won = await redis.operation(client.set(this.lockKey, '1', 'PX', intervalMs, 'NX'), 'SET');
+    const won = await runner.operation((client) => client.set(this.lockKey, '1', 'PX', intervalMs, 'NX'), 'SET');
     if (won === 'OK') {
-      const report = await redis.operation(
-        redis.auditKeys({ scanCount: SCAN_COUNT, maxListed: 0 }),
+      const report = await runner.operation(
+        () => this.keyAudit.run({ scanCount: SCAN_COUNT, maxListed: 0 }),
         'the key audit',
         Math.min(AUDIT_DEADLINE_MS, intervalMs),
       );
       this.count = report.withoutTtlCount;
-      await redis.operation(client.set(this.resultKey, String(this.count), 'PX', 2 * intervalMs), 'SET');
+      await runner.operation((client) => client.set(this.resultKey, String(this.count), 'PX', 2 * intervalMs), 'SET');
       return;
     }
-    const shared = await redis.operation(client.get(this.resultKey), 'GET');
+    const shared = await runner.operation((client) => client.get(this.resultKey), 'GET');
     if (shared !== null && /^\d+$/.test(shared)) this.count = Number(shared);
   }
 }

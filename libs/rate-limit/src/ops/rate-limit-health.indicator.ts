@@ -72,11 +72,12 @@ export class RateLimitHealthIndicator {
   private async health(): Promise<RateLimitHealth> {
     if (!this.redis.isConfigured) return { status: 'up', store: 'memory' };
     const keysWithoutTtl = this.audit.keysWithoutTtl;
-    const breaker = this.redis.circuitState;
+    const { runner, memory: redisMemory } = this.redis;
+    const breaker = runner.circuitState;
     const reachable = await this.redis.reachable();
     // Not answered is not a no: a hung Redis still holds its scripts.
-    const scriptsLoaded = reachable ? await this.redis.scriptsLoaded().catch(() => 'unknown' as const) : 'unknown';
-    const memory = reachable ? await this.redis.memoryState().catch(() => undefined) : undefined;
+    const scriptsLoaded = reachable ? await runner.loaded().catch(() => 'unknown' as const) : 'unknown';
+    const memory = reachable ? await redisMemory.check().catch(() => undefined) : undefined;
     const health: RateLimitHealth = {
       status: 'up',
       store: 'redis',
