@@ -89,9 +89,8 @@ export class LiveLimitsHash {
     for (let calls = 0; calls <= Math.ceil(max / SCAN_COUNT) && found.size < max; calls += 1) {
       let fields: string[];
       try {
-        const from = cursor;
         [cursor, fields] = await this.redis.runner.operation(
-          (client) => client.hscan(this.key, from, 'COUNT', SCAN_COUNT),
+          (client) => client.hscan(this.key, cursor, 'COUNT', SCAN_COUNT),
           'HSCAN',
         );
       } catch (error) {

@@ -25,13 +25,8 @@ import {
 } from './options.js';
 import { RateLimiterService } from '../limiter/rate-limiter.service.js';
 import { StoreProblemLog } from '../logging/store-problem-log.js';
-import { LostWriteCheck } from '../redis/failover/lost-write-check.js';
-import { LostWriteCheckSwitch } from '../redis/failover/lost-write-check-switch.js';
-import { ReplicaWait } from '../redis/failover/replica-wait.js';
 import { RedisRateLimitStore } from '../redis/redis-rate-limit.store.js';
-import { IoredisNotInstalledError, REDIS_CONNECTION, redisConnection } from '../redis/redis-connection.js';
 import { RedisService } from '../redis/redis.service.js';
-import { CHECK_ACCESS_AT_START } from '../redis/start-checks.js';
 import { BlockCacheStore, BlockedKeys } from '../resilience/block-cache.store.js';
 import { DecidingStore } from '../resilience/deciding-store.js';
 import { LeasedUnits } from '../resilience/leased-units.js';
@@ -45,9 +40,14 @@ import {
   defaultsNeedInterceptor,
   validateDefaultRules,
 } from '../rules/default-rules.js';
-import { MemoryRateLimitStore } from '../store/memory-rate-limit.store.js';
 import { RateLimitStore } from '../store/rate-limit-store.js';
 import { resolveModuleOptions } from './resolve-options.js';
+import {
+  checkAccessProvider,
+  lostWriteCheckSwitchProvider,
+  redisConnectionProvider,
+  storeProvider,
+} from './store-providers.js';
 import { LEASE_MAX_KEYS, LOG_SAMPLING } from './defaults.js';
 
 const resolvedOptionsProvider: Provider = {
@@ -55,29 +55,6 @@ const resolvedOptionsProvider: Provider = {
   inject: [RATE_LIMIT_OPTIONS],
   // What `forRoot` was given was checked when it was called; here it is what a factory returned.
   useFactory: (options: RateLimitModuleOptions) => resolveModuleOptions(options, true),
-};
-
-/**
- * The Redis client the `redis` option asks for, made before `RedisService`: ioredis is loaded only
- * then, so an app on the embedded store (or its own `store`) runs without it installed.
- */
-const redisConnectionProvider: Provider = {
-  provide: REDIS_CONNECTION,
-  inject: [RATE_LIMIT_OPTIONS, StoreProblemLog],
-  useFactory: ({ redis }: RateLimitModuleOptions, problems: StoreProblemLog) =>
-    redisConnection(redis, problems).catch((error: unknown) => {
-      throw error instanceof IoredisNotInstalledError ? new RateLimitConfigurationError(error.message) : error;
-    }),
-};
-
-/**
- * Whether the app's start checks that the Redis user may run what the scripts run: in an app that
- * declares rules. An operator's tool (the CLI, run by a read-only user perhaps) runs what its user may.
- */
-const checkAccessProvider: Provider = {
-  provide: CHECK_ACCESS_AT_START,
-  inject: [RateLimitRuleRegistry],
-  useFactory: (rules: RateLimitRuleRegistry) => () => rules.all().length > 0,
 };
 
 /** The app's `ConfigService`, when `@nestjs/config` is installed and this module sees one. */
@@ -90,52 +67,6 @@ const appConfigProvider: Provider = {
 const problemLogProvider: Provider = {
   provide: StoreProblemLog,
   useFactory: () => new StoreProblemLog(LOG_SAMPLING.intervalMs),
-};
-
-/**
- * The store itself: yours, the in-process one, or Redis with the failover defences the options
- * ask for (the lost-write check, the marker, the replica wait; `redis/failover/`).
- */
-const storeProvider: Provider = {
-  provide: RateLimitStore,
-  inject: [RATE_LIMIT_OPTIONS, RESOLVED_RATE_LIMIT_OPTIONS, RedisService, StoreProblemLog, ModuleRef],
-  useFactory: async (
-    { store }: RateLimitModuleOptions,
-    options: ResolvedRateLimitOptions,
-    redis: RedisService,
-    problems: StoreProblemLog,
-    moduleRef: ModuleRef,
-  ): Promise<RateLimitStore> => {
-    if (store instanceof RateLimitStore) return store;
-    if (typeof store === 'function') return moduleRef.create(store);
-    const { maxKeys } = options.memoryStore;
-    if (!redis.isConfigured) return new MemoryRateLimitStore(maxKeys);
-    const { detectLostWrites, marker, waitForReplicas } = options.failover;
-    return new RedisRateLimitStore(redis, problems, {
-      // 'auto': turned on later, if ever, by `lostWriteCheckSwitchProvider`.
-      lostWrites: detectLostWrites === true ? new LostWriteCheck(maxKeys, problems) : undefined,
-      marker,
-      replicaWait: waitForReplicas ? new ReplicaWait(redis, waitForReplicas, problems) : undefined,
-    });
-  },
-};
-
-/**
- * `failover.detectLostWrites: 'auto'` (the default) on the Redis store: the lost-write check turned
- * on once a replica can be promoted (Sentinel, Cluster, a server reporting replicas). Null otherwise.
- */
-const lostWriteCheckSwitchProvider: Provider = {
-  provide: LostWriteCheckSwitch,
-  inject: [RateLimitStore, RESOLVED_RATE_LIMIT_OPTIONS, RedisService, StoreProblemLog],
-  useFactory: (
-    store: RateLimitStore,
-    { failover, memoryStore }: ResolvedRateLimitOptions,
-    redis: RedisService,
-    problems: StoreProblemLog,
-  ): LostWriteCheckSwitch | null =>
-    failover.detectLostWrites === 'auto' && store instanceof RedisRateLimitStore
-      ? new LostWriteCheckSwitch(redis, () => store.checkLostWrites(new LostWriteCheck(memoryStore.maxKeys, problems)))
-      : null,
 };
 
 /**
