@@ -8,18 +8,15 @@ import {
 } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
-import { RedisTimeoutError, withDeadline } from './call-safety.js';
+import { withDeadline } from './call-safety.js';
 import { ConnectionLife } from './connection-life.js';
 import { REDIS_CONNECTION, type RedisConnection } from './redis-connection.js';
 import { RedisMemory } from './redis-memory.js';
-import { type ChannelListener, RedisNews } from './redis-news.js';
+import { RedisNews } from './redis-news.js';
 import type { RedisScript } from './redis-script.js';
 import { Replicas } from './replicas.js';
 import { ScriptRunner } from './script-runner.js';
 import { CHECK_ACCESS_AT_START, checkAccess, checkVersion } from './start-checks.js';
-
-export { RedisTimeoutError };
-export type { ChannelListener };
 
 /** The parts of a configured Redis: each with one job. */
 interface RedisParts {
