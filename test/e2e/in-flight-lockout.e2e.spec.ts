@@ -248,7 +248,7 @@ describe('while Redis is out, the local fallback still starts lockouts (fake clo
       controllers: [LoginController],
       rateLimit: { redis: redis.url, keyPrefix: uniquePrefix(), clock: () => now, storeErrors: { timeoutMs: 50 } },
     });
-    await until(() => app.get(RedisService).instances === 1, { timeoutMs: 5_000, what: 'the instance counted' });
+    await until(() => app.get(RedisService).news.instances === 1, { timeoutMs: 5_000, what: 'the instance counted' });
   });
 
   afterAll(async () => {

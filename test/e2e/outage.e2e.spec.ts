@@ -71,7 +71,7 @@ describe('Redis paused, then killed and restarted, under steady traffic', () => 
     // then calls are decided at their deadline, and the circuit opens.
     expect(Math.max(...paused.map(latency))).toBeLessThan(2_000);
     // Open, or probing (half-open) at this instant.
-    expect(app.get(RedisService).circuitState).not.toBe('closed');
+    expect(app.get(RedisService).runner.circuitState).not.toBe('closed');
 
     // Back on Redis once the breaker's probe succeeds.
     await backOnRedis(app);

@@ -56,7 +56,7 @@ describe('when Redis cannot decide, each rule follows its onStoreError', () => {
         },
       },
     });
-    await until(() => app.get(RedisService).instances === 1, { timeoutMs: 5_000, what: 'the instance counted' });
+    await until(() => app.get(RedisService).news.instances === 1, { timeoutMs: 5_000, what: 'the instance counted' });
   });
 
   afterEach(() => process.kill(server.pid, 'SIGCONT'));
@@ -137,7 +137,7 @@ describe('after an outage, Redis counts what the fallback admitted, once', () =>
     // locally, and all five are recorded.
     expect((await sequential(1, get)).statuses).toEqual([200]);
     const service = app.get(RedisService);
-    await until(() => service.circuitState === 'open', { timeoutMs: 5_000, what: 'the circuit opening' });
+    await until(() => service.runner.circuitState === 'open', { timeoutMs: 5_000, what: 'the circuit opening' });
     expect((await sequential(4, get)).statuses).toEqual([200, 200, 200, 200]);
     process.kill(server.pid, 'SIGCONT');
     vi.setSystemTime(Date.now() + 1_000); // the breaker lets a probe through

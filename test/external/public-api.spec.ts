@@ -102,6 +102,7 @@ const ENTRIES: Record<string, { declarations: string; names: string[] }> = {
       'RateLimitDecisionOutcome',
       'RateLimitHealth',
       'RateLimitHealthIndicator',
+      'RateLimitKeyAudit',
       'RateLimitLoggingOptions',
       'RedisMemoryState',
       'SampledLogLevel',

@@ -73,12 +73,12 @@ describe('the circuit breaker in front of Redis', () => {
       process.kill(server.pid, 'SIGSTOP');
       expect(await failWhilePaused(store, key)).toBe('RedisTimeoutError');
       expect(await failWhilePaused(store, key)).toBe('RedisTimeoutError');
-      expect(service.circuitState).toBe('closed');
+      expect(service.runner.circuitState).toBe('closed');
       expect(await failWhilePaused(store, key)).toBe('RedisTimeoutError');
       // A call past its deadline counts once it has gone unanswered a second more: a slow Redis is
       // not a failing one (see the next test but one).
-      expect(service.circuitState).toBe('closed');
-      await until(() => service.circuitState === 'open', { timeoutMs: 5_000, what: 'the circuit opening' });
+      expect(service.runner.circuitState).toBe('closed');
+      await until(() => service.runner.circuitState === 'open', { timeoutMs: 5_000, what: 'the circuit opening' });
 
       process.kill(server.pid, 'SIGCONT');
       // The three timed-out calls were sent; let them land before counting what arrives.
@@ -93,7 +93,7 @@ describe('the circuit breaker in front of Redis', () => {
 
       vi.setSystemTime(Date.now() + 5_000);
       await store.consume([hit(key, { limit: 1_000, windowMs: 600_000 })]);
-      expect(service.circuitState).toBe('closed');
+      expect(service.runner.circuitState).toBe('closed');
       expect(scriptCalls(await redis.info('commandstats'))).toBe(1);
       expect(logs.lines.filter((line) => /Redis circuit/.test(line.message)).map((line) => line.message)).toEqual([
         expect.stringMatching(/^Redis circuit open/),
@@ -124,12 +124,12 @@ describe('the circuit breaker in front of Redis', () => {
         intervalMs: 20,
         what: `a count of 22 at ${key}`,
       });
-      await until(() => service.lateCalls.unanswered + service.lateCalls.answered === 8, {
+      await until(() => service.runner.lateCalls.unanswered + service.runner.lateCalls.answered === 8, {
         timeoutMs: 5_000,
         what: 'the 8 late calls judged',
       });
-      expect(service.lateCalls.unanswered).toBe(0);
-      expect(service.circuitState).toBe('closed');
+      expect(service.runner.lateCalls.unanswered).toBe(0);
+      expect(service.runner.circuitState).toBe('closed');
       expect(await failWhilePaused(store, key)).toBe('admitted');
     } finally {
       await close();
@@ -146,17 +146,20 @@ describe('the circuit breaker in front of Redis', () => {
       const stall = (service.client as Redis).eval(SPIN, 0, 300_000);
       expect(await failWhilePaused(store, key)).toBe('RedisTimeoutError');
       await stall;
-      await until(() => service.lateCalls.answered === 1, { timeoutMs: 5_000, what: 'the late call judged' });
-      expect(service.lateCalls).toEqual({ answered: 1, unanswered: 0 });
-      expect(service.seemsDown).toBe(false);
+      await until(() => service.runner.lateCalls.answered === 1, { timeoutMs: 5_000, what: 'the late call judged' });
+      expect(service.runner.lateCalls).toEqual({ answered: 1, unanswered: 0 });
+      expect(service.runner.seemsDown).toBe(false);
       expect(await fixedWindowCount(redis, key)).toBe(2);
 
       // Paused: calls fail at their deadline too; one unanswered a second on makes Redis seem down.
       process.kill(server.pid, 'SIGSTOP');
       expect(await failWhilePaused(store, key)).toBe('RedisTimeoutError');
-      expect(service.lateCalls).toEqual({ answered: 1, unanswered: 0 });
-      await until(() => service.lateCalls.unanswered === 1, { timeoutMs: 5_000, what: 'the call judged unanswered' });
-      expect(service.seemsDown).toBe(true);
+      expect(service.runner.lateCalls).toEqual({ answered: 1, unanswered: 0 });
+      await until(() => service.runner.lateCalls.unanswered === 1, {
+        timeoutMs: 5_000,
+        what: 'the call judged unanswered',
+      });
+      expect(service.runner.seemsDown).toBe(true);
 
       // Back: a call answered on time says so.
       process.kill(server.pid, 'SIGCONT');
@@ -164,7 +167,7 @@ describe('the circuit breaker in front of Redis', () => {
         timeoutMs: 5_000,
         what: 'a call answered on time',
       });
-      expect(service.seemsDown).toBe(false);
+      expect(service.runner.seemsDown).toBe(false);
     } finally {
       process.kill(server.pid, 'SIGCONT');
       await close();
@@ -215,12 +218,15 @@ describe('the circuit breaker in front of Redis', () => {
         expect(await failWhilePaused(store, key)).toBe('RedisTimeoutError');
       // 5 of 19 (26%): closed, and still so once they count, a second after their deadlines (the
       // sixth call is judged a second after its own, so it cannot have counted yet).
-      await until(() => service.lateCalls.unanswered === 5, { timeoutMs: 5_000, what: 'five calls judged failed' });
-      expect(service.circuitState).toBe('closed');
+      await until(() => service.runner.lateCalls.unanswered === 5, {
+        timeoutMs: 5_000,
+        what: 'five calls judged failed',
+      });
+      expect(service.runner.circuitState).toBe('closed');
       // 6 of 20 (30%) opens it or, at the latest, 7 of 21 (33%).
       expect(await failWhilePaused(store, key)).toBe('RedisTimeoutError');
       expect(await failWhilePaused(store, key)).toBe('RedisTimeoutError');
-      await until(() => service.circuitState === 'open', { timeoutMs: 5_000, what: 'the circuit opening' });
+      await until(() => service.runner.circuitState === 'open', { timeoutMs: 5_000, what: 'the circuit opening' });
     } finally {
       process.kill(server.pid, 'SIGCONT');
       await close();

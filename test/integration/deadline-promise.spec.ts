@@ -48,7 +48,7 @@ describe('every request is decided within the deadline, Redis paused or stalling
       storeErrors: { timeoutMs: TIMEOUT_MS },
     });
     try {
-      await until(() => redis.instances === 1, { timeoutMs: 10_000, what: 'the instance counted on Redis' });
+      await until(() => redis.news.instances === 1, { timeoutMs: 10_000, what: 'the instance counted on Redis' });
       const rule = { name: 'paused', count: 10, window: '1m' };
       expect((await timed(limiter, rule, 'warm')).byRedis).toBe(true);
       process.kill(server.pid, 'SIGSTOP');
@@ -76,7 +76,7 @@ describe('every request is decided within the deadline, Redis paused or stalling
     const requests: Timed[] = [];
     const admittedPerSecond: number[] = [];
     try {
-      await until(() => instances.every(({ redis }) => redis.instances === 3), {
+      await until(() => instances.every(({ redis }) => redis.news.instances === 3), {
         timeoutMs: 10_000,
         what: 'every instance counting 3 instances',
       });

@@ -35,9 +35,9 @@ describe('auditing keys without a TTL', () => {
 
   afterAll(() => server?.stop());
 
-  it('reports the planted keys, repairs them, and leaves other keys alone (RedisService.auditKeys)', async () => {
+  it('reports the planted keys, repairs them, and leaves other keys alone (RateLimitKeyAudit.run)', async () => {
     const prefix = uniquePrefix();
-    const { store, redis: service, close } = await createStore({ redis: server.url, keyPrefix: prefix });
+    const { store, keyAudit, close } = await createStore({ redis: server.url, keyPrefix: prefix });
     try {
       await store.consume([hit(`${prefix}:{a}:r:fw`, { limit: 5, windowMs: 60_000 })]);
       await plantFixedWindow(redis, `${prefix}:{b}:r:fw`, { start: 1, count: 9 });
@@ -46,17 +46,17 @@ describe('auditing keys without a TTL', () => {
       // The live limits (RedisConfigCentre) are kept without a TTL by design: no finding.
       await redis.hset(`${prefix}:config`, 'orders.list', '{"count":5}');
 
-      const report = await service.auditKeys();
+      const report = await keyAudit.run();
       expect(report.scanned).toBe(4);
       expect(report.withoutTtl.sort()).toEqual([`${prefix}:{b}:r:fw`, `${prefix}:{c}:old`]);
       expect(report.repaired).toBe(0);
       expect(await redis.pttl(`${prefix}:{b}:r:fw`)).toBe(-1);
 
-      const repaired = await service.auditKeys({ repairTtlMs: 3_600_000 });
+      const repaired = await keyAudit.run({ repairTtlMs: 3_600_000 });
       expect(repaired.repaired).toBe(2);
       expect(await redis.pttl(`${prefix}:{c}:old`)).toBeGreaterThan(3_500_000);
       expect(await redis.pttl('other:{d}:x')).toBe(-1);
-      expect((await service.auditKeys()).withoutTtl).toEqual([]);
+      expect((await keyAudit.run()).withoutTtl).toEqual([]);
       expect(await redis.pttl(`${prefix}:config`)).toBe(-1);
     } finally {
       await close();
@@ -65,7 +65,7 @@ describe('auditing keys without a TTL', () => {
 
   it('names the rule of each key listed where the rule catalogue knows it', async () => {
     const prefix = uniquePrefix();
-    const { redis: service, close } = await createStore({ redis: server.url, keyPrefix: prefix });
+    const { keyAudit, close } = await createStore({ redis: server.url, keyPrefix: prefix });
     try {
       const known = rateLimitKeys(prefix, 'PingController.ping', '203.0.113.7', 'fixed-window');
       const unknown = rateLimitKeys(prefix, 'GoneController.gone', '203.0.113.7', 'fixed-window');
@@ -76,7 +76,7 @@ describe('auditing keys without a TTL', () => {
       await redis.hset(`${prefix}:config:rules`, 'PingController.ping', '{}', 'other', '{}');
       await redis.pexpire(`${prefix}:config:rules`, 60_000);
 
-      const report = await service.auditKeys();
+      const report = await keyAudit.run();
       expect(report.withoutTtl.sort()).toEqual([known.key, known.blockKey, unknown.key].sort());
       expect(report.rules).toEqual({ [ruleKeyId('PingController.ping')]: 'PingController.ping' });
 
@@ -124,17 +124,13 @@ describe('auditing keys on a 3-master cluster', () => {
         await Promise.all(keys.map(async (key) => Math.floor(Number(await client.cluster('KEYSLOT', key)) / 5462))),
       );
       expect(owners.size).toBeGreaterThan(1);
-      const {
-        store,
-        redis: service,
-        close,
-      } = await createStore({
+      const { store, keyAudit, close } = await createStore({
         redis: { cluster: cluster.startupNodes },
         keyPrefix: prefix,
       });
       try {
         expect(store).toBeDefined();
-        const report = await service.auditKeys({ repairTtlMs: 60_000 });
+        const report = await keyAudit.run({ repairTtlMs: 60_000 });
         expect(report.withoutTtl.sort()).toEqual([...keys].sort());
         expect(report.repaired).toBe(keys.length);
       } finally {

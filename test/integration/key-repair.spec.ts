@@ -216,7 +216,7 @@ describe('keys found without a TTL or corrupt are mended by the next request tha
           expect(decided.decisions[0].remaining).toBe(2);
         }
         expect(mended(rule)).toBe(true);
-        expect(service.circuitState).toBe('closed');
+        expect(service.runner.circuitState).toBe('closed');
         expect(await admitted([other], t0)).toBe(true);
         // The mended key is the algorithm's own again, with a TTL.
         expect(await redis.pttl(rule.key)).toBeGreaterThan(0);
@@ -244,7 +244,7 @@ describe('keys found without a TTL or corrupt are mended by the next request tha
       expect(decided.allowed).toBe(true);
       expect(mended(rule)).toBe(true);
       expect(await redis.type(rule.markerKey)).toBe('hash');
-      expect(service.circuitState).toBe('closed');
+      expect(service.runner.circuitState).toBe('closed');
     });
   });
 });

@@ -185,7 +185,7 @@ describe('Prometheus metrics', () => {
       // at once, never sent.
       await statuses(app, '/metered/live', 2);
       const redis = app.get(RedisService);
-      await until(() => redis.circuitState === 'open', { timeoutMs: 5_000, what: 'the circuit opening' });
+      await until(() => redis.runner.circuitState === 'open', { timeoutMs: 5_000, what: 'the circuit opening' });
       await statuses(app, '/metered/live', 4);
       const samples = parse(await registry.metrics());
       const errors = (kind: string) => value(samples, 'rate_limit_store_errors_total', { kind });
@@ -217,7 +217,7 @@ describe('Prometheus metrics', () => {
         },
       });
       const redis = app.get(RedisService);
-      await until(() => redis.instances === 1, { timeoutMs: 5_000, what: 'the instance counted' });
+      await until(() => redis.news.instances === 1, { timeoutMs: 5_000, what: 'the instance counted' });
       await own.kill();
       // The 'local' fallback: at most 1.2 x count / instances (2.4: 2) for a key Redis never reported on.
       expect(await statuses(app, '/metered/enforced', 3)).toEqual([200, 200, 429]);

@@ -138,7 +138,7 @@ describe('the library’s own Redis connection', () => {
       // The reply never came, within the deadline and a second more: the fallback's admission is
       // recorded, right after the next answer, before the next request's call. It ran too:
       // counted twice (a killed master would not have run it).
-      await until(() => service.lateCalls.unanswered === 1, { timeoutMs: 5_000, what: 'the lost call judged' });
+      await until(() => service.runner.lateCalls.unanswered === 1, { timeoutMs: 5_000, what: 'the lost call judged' });
       await request(app.getHttpServer()).get('/dropped').expect(200);
       await request(app.getHttpServer()).get('/dropped').expect(200);
       expect(await fixedWindowCount(redis, key)).toBe(4);

@@ -48,7 +48,7 @@ describe('the Redis deadline measures Redis, not the event loop', () => {
       stallEventLoop(300);
       expect(await Promise.all(calls)).toEqual(Array.from({ length: 50 }, () => 'answered'));
     }
-    expect(redis.circuitState).toBe('closed');
+    expect(redis.runner.circuitState).toBe('closed');
   });
 
   it('still times out a Redis that does not answer, stalled loop or not', async () => {

@@ -124,7 +124,7 @@ async function slowMinute(stallMs: number): Promise<Map<string, Figures>> {
   );
   try {
     // Every instance has counted the others on Redis (each says hello when it starts listening).
-    await until(() => instances.every((instance) => instance.redis.instances === INSTANCES), {
+    await until(() => instances.every((instance) => instance.redis.news.instances === INSTANCES), {
       timeoutMs: 10_000,
       what: `every instance counting ${INSTANCES} instances`,
     });

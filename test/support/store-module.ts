@@ -6,6 +6,7 @@ import {
   type RateLimitModuleOptions,
   RateLimiterService,
 } from 'nest-rate-limit';
+import { RateLimitKeyAudit } from 'nest-rate-limit/ops';
 import { type RateLimitHit, RateLimitStore, RedisService } from 'nest-rate-limit/store';
 
 /**
@@ -19,6 +20,7 @@ export async function createStore(
   store: RateLimitStore;
   limiter: RateLimiterService;
   redis: RedisService;
+  keyAudit: RateLimitKeyAudit;
   close(): Promise<void>;
 }> {
   const moduleRef = await Test.createTestingModule({
@@ -30,6 +32,7 @@ export async function createStore(
     store: moduleRef.get(RateLimitStore),
     limiter: moduleRef.get(RateLimiterService),
     redis: moduleRef.get(RedisService),
+    keyAudit: moduleRef.get(RateLimitKeyAudit),
     close: () => moduleRef.close(),
   };
 }

@@ -12,7 +12,8 @@ import 'reflect-metadata';
 import { parseArgs } from 'node:util';
 import { NestFactory } from '@nestjs/core';
 import { RATE_LIMIT_DEFAULTS, RateLimitModule, redisOptionsFromEnv } from 'nest-rate-limit';
-import { RedisService, keyIdOf } from 'nest-rate-limit/store';
+import { RateLimitKeyAudit } from 'nest-rate-limit/ops';
+import { keyIdOf } from 'nest-rate-limit/store';
 
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
@@ -39,7 +40,7 @@ const app = await NestFactory.createApplicationContext(
 );
 
 try {
-  const report = await app.get(RedisService).auditKeys({ repairTtlMs: values.repair ? repairTtlMs : undefined });
+  const report = await app.get(RateLimitKeyAudit).run({ repairTtlMs: values.repair ? repairTtlMs : undefined });
   for (const key of report.withoutTtl) {
     const rule = report.rules[keyIdOf(key)];
     console.log(`no TTL: ${key}${rule === undefined ? '' : ` (rule ${rule})`}`);

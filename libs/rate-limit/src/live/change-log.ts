@@ -48,24 +48,24 @@ export class ChangeLog {
       this.local.length = Math.min(this.local.length, CHANGE_LOG_MAX);
       return;
     }
-    const { client } = this.redis;
-    await this.redis.operation(
-      client
-        .multi()
-        .lpush(this.key, JSON.stringify(change))
-        .ltrim(this.key, 0, CHANGE_LOG_MAX - 1)
-        .pexpire(this.key, CHANGE_LOG_TTL_MS)
-        .exec()
-        .then(
-          (results) => {
-            const failed = results?.find(([error]) => error);
-            if (failed) throw failed[0];
-          },
-          // A command refused while queued (NOPERM) aborts the transaction: say which.
-          (error: Error & { previousErrors?: Error[] }) => {
-            throw error.previousErrors?.[0] ?? error;
-          },
-        ),
+    await this.redis.runner.operation(
+      (client) =>
+        client
+          .multi()
+          .lpush(this.key, JSON.stringify(change))
+          .ltrim(this.key, 0, CHANGE_LOG_MAX - 1)
+          .pexpire(this.key, CHANGE_LOG_TTL_MS)
+          .exec()
+          .then(
+            (results) => {
+              const failed = results?.find(([error]) => error);
+              if (failed) throw failed[0];
+            },
+            // A command refused while queued (NOPERM) aborts the transaction: say which.
+            (error: Error & { previousErrors?: Error[] }) => {
+              throw error.previousErrors?.[0] ?? error;
+            },
+          ),
       'MULTI',
     );
   }
@@ -73,7 +73,7 @@ export class ChangeLog {
   /** The latest `count` changes, newest first. */
   async latest(count: number): Promise<RateLimitChange[]> {
     if (!this.redis) return this.local.slice(0, count);
-    const texts = await this.redis.operation(this.redis.client.lrange(this.key, 0, count - 1), 'LRANGE');
+    const texts = await this.redis.runner.operation((client) => client.lrange(this.key, 0, count - 1), 'LRANGE');
     return texts.flatMap((text) => {
       try {
         return [JSON.parse(text) as RateLimitChange];

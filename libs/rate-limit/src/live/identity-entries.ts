@@ -1,6 +1,6 @@
 import { EVERY_RULE, type IdentityControls, type RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
 import type { RedisService } from '../redis/redis.service.js';
-import { RedisScript } from '../redis/script-runner.js';
+import { RedisScript } from '../redis/redis-script.js';
 import { liveConfigKeys } from '../store/key-layout.js';
 import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
 import { MAX_DURATION_MS } from '../rules/duration.js';
@@ -202,7 +202,7 @@ export class IdentityEntries implements IdentityControls {
     const replaced = await this.replaceInRedis(kind, member, now, [until, JSON.stringify(member), ttl]);
     if (replaced < 0) throw tooMany(kind);
     holdHere();
-    await this.redis.publish(this.channel, `${NEWS[kind]} ${JSON.stringify([member, until])}`);
+    await this.redis.news.publish(this.channel, `${NEWS[kind]} ${JSON.stringify([member, until])}`);
   }
 
   /** @param heldUntil when the entry held here ends; none: none is held. */
@@ -215,7 +215,7 @@ export class IdentityEntries implements IdentityControls {
     const now = this.clock();
     const removed = await this.replaceInRedis(kind, member, now, ['lift', heldUntil ?? 0, now + MAX_DURATION_MS]);
     this.entriesOf(kind).delete(scope, identity);
-    await this.redis.publish(this.channel, `${NEWS[kind]} ${JSON.stringify([[scope, identity]])}`);
+    await this.redis.news.publish(this.channel, `${NEWS[kind]} ${JSON.stringify([[scope, identity]])}`);
     return removed > 0;
   }
 
@@ -232,7 +232,7 @@ export class IdentityEntries implements IdentityControls {
   ): Promise<number> {
     // Every member is written by JSON.stringify: the identity's begin with this, then `,` or `]`.
     const entry = JSON.stringify([scope, identity]);
-    const reply = await this.redis!.runOperation(
+    const reply = await this.redis!.runner.runOperation(
       REPLACE_ENTRY_SCRIPT,
       [this.keys![kind]],
       [now, entry.slice(0, -1), MAX_IDENTITY_ENTRIES, `${LIFTED}${entry}`, ...change],
@@ -271,8 +271,8 @@ export class IdentityEntries implements IdentityControls {
 
   private async readKind(kind: Kind): Promise<FreshEntry<unknown>[]> {
     const key = this.keys![kind];
-    const reply = await this.redis!.operation(
-      this.redis!.client.zrangebyscore(key, `(${this.clock()}`, '+inf', 'WITHSCORES'),
+    const reply = await this.redis!.runner.operation(
+      (client) => client.zrangebyscore(key, `(${this.clock()}`, '+inf', 'WITHSCORES'),
       'ZRANGEBYSCORE',
     );
     const fresh: FreshEntry<unknown>[] = [];

@@ -1,4 +1,4 @@
-import { RedisScript } from '../redis/script-runner.js';
+import { RedisScript } from '../redis/redis-script.js';
 import type { RedisService } from '../redis/redis.service.js';
 import { liveConfigKeys } from '../store/key-layout.js';
 import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
@@ -70,8 +70,8 @@ export class LiveLimitsHash {
     try {
       // HMGET of the keys asked for, never the whole hash: the cost is theirs, whatever else it holds.
       return configKeys.length > 0
-        ? await this.redis.operation(this.redis.client.hmget(this.key, ...configKeys), 'HMGET')
-        : (await this.redis.operation(this.redis.client.hlen(this.key), 'HLEN'), []);
+        ? await this.redis.runner.operation((client) => client.hmget(this.key, ...configKeys), 'HMGET')
+        : (await this.redis.runner.operation((client) => client.hlen(this.key), 'HLEN'), []);
     } catch (error) {
       throw await this.explained(error, consequence);
     }
@@ -79,7 +79,7 @@ export class LiveLimitsHash {
 
   /** One key's text (null: none); Redis's error as it came (see `isWrongType`). */
   text(configKey: string): Promise<string | null> {
-    return this.redis.operation(this.redis.client.hget(this.key, configKey), 'HGET');
+    return this.redis.runner.operation((client) => client.hget(this.key, configKey), 'HGET');
   }
 
   /** Up to `max` keys with values written: a few calls of SCAN_COUNT fields each, whatever the hash holds. */
@@ -89,8 +89,8 @@ export class LiveLimitsHash {
     for (let calls = 0; calls <= Math.ceil(max / SCAN_COUNT) && found.size < max; calls += 1) {
       let fields: string[];
       try {
-        [cursor, fields] = await this.redis.operation(
-          this.redis.client.hscan(this.key, cursor, 'COUNT', SCAN_COUNT),
+        [cursor, fields] = await this.redis.runner.operation(
+          (client) => client.hscan(this.key, cursor, 'COUNT', SCAN_COUNT),
           'HSCAN',
         );
       } catch (error) {
@@ -105,21 +105,21 @@ export class LiveLimitsHash {
 
   /**
    * Writes a key's text (or deletes it, given '') and announces the key; resolves once a replica
-   * has it where there are replicas (see `RedisService.replicasToConfirm`): a write a failover could
+   * has it where there are replicas (see `Replicas.toConfirm`): a write a failover could
    * still lose is reported as failed, to be checked and made again. Resolves to what the script
    * replied: 1 for a write, the number of values deleted for a delete.
    */
   async put(configKey: string, text: string): Promise<number> {
-    const reply = await this.redis.runOperation(WRITE_SCRIPT, [this.key], [configKey, text, this.channel]);
+    const reply = await this.redis.runner.runOperation(WRITE_SCRIPT, [this.key], [configKey, text, this.channel]);
     if (typeof reply === 'string') throw this.wrongType(reply, UNUSABLE);
     await this.confirmReplicated(configKey);
     return reply as number;
   }
 
   private async confirmReplicated(configKey: string): Promise<void> {
-    const replicas = await this.redis.replicasToConfirm();
+    const replicas = await this.redis.replicas.toConfirm();
     if (replicas === 0) return;
-    if ((await this.redis.waitForReplicas(replicas, REPLICA_CONFIRM_MS)) >= replicas) return;
+    if ((await this.redis.replicas.wait(replicas, REPLICA_CONFIRM_MS)) >= replicas) return;
     throw new Error(
       `The limits of '${configKey}' were written, but no replica confirmed them within ${REPLICA_CONFIRM_MS} ms (a failover under way?): a failover could still lose them; check them with get, and write them again`,
     );
@@ -128,8 +128,8 @@ export class LiveLimitsHash {
   /** `error`, or when it is Redis's WRONGTYPE, the error that names the key and what it holds. */
   private async explained(error: unknown, consequence: string): Promise<unknown> {
     if (!isWrongType(error)) return error;
-    const type = await this.redis
-      .operation(this.redis.client.type(this.key), 'TYPE')
+    const type = await this.redis.runner
+      .operation((client) => client.type(this.key), 'TYPE')
       .catch(() => 'value of another type');
     return this.wrongType(type, consequence);
   }

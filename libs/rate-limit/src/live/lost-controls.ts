@@ -1,6 +1,6 @@
 import type { SampledLogger } from '../logging/sampled-logger.js';
 import type { RedisService } from '../redis/redis.service.js';
-import { RedisScript } from '../redis/script-runner.js';
+import { RedisScript } from '../redis/redis-script.js';
 
 /**
  * Starts the member of a set of bans or overrides that says an identity's entry was lifted (then the
@@ -69,7 +69,7 @@ export class LostControls {
     const live = held.filter((entry) => entry.until > now);
     if (live.length === 0) return 0;
     const args = live.flatMap(({ scope, identity, member, until }) => [until, member, scope, identity]);
-    const written = await this.guarded(this.redis.runOperation(RESTORE_ENTRIES_SCRIPT, [key], [now, ...args]));
+    const written = await this.guarded(this.redis.runner.runOperation(RESTORE_ENTRIES_SCRIPT, [key], [now, ...args]));
     this.found(written, kind === 'bans' ? 'ban' : 'override', key);
     return written;
   }
@@ -81,7 +81,7 @@ export class LostControls {
   async restoreLimits(key: string, channel: string, held: readonly [string, string][]): Promise<number> {
     if (held.length === 0) return 0;
     const written = await this.guarded(
-      this.redis.runOperation(RESTORE_LIMITS_SCRIPT, [key], [channel, ...held.flat()]),
+      this.redis.runner.runOperation(RESTORE_LIMITS_SCRIPT, [key], [channel, ...held.flat()]),
     );
     this.found(written, 'live limit', key);
     return written;

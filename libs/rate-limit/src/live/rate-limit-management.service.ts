@@ -99,7 +99,7 @@ export class RateLimitManagementService implements OnApplicationBootstrap {
     if (!this.catalogue) return;
     await this.publishCatalogue();
     // Redis down at the start, or back empty after a restart: catalogued again once it is back.
-    this.redis.whenReady(() => void this.publishCatalogue());
+    this.redis.connection.whenReady(() => void this.publishCatalogue());
   }
 
   private async publishCatalogue(): Promise<void> {

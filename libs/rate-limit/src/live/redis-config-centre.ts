@@ -131,8 +131,8 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
     this.identities.restoreWith(this.lost);
     // Read again whenever a connection comes back: the subscription's, or the one reads go over
     // (whichever is ready last makes the read that finds everything missed).
-    redis.whenReady(() => void this.readKnown().catch(() => undefined));
-    redis.listen(this.hash.channel, {
+    redis.connection.whenReady(() => void this.readKnown().catch(() => undefined));
+    redis.news.listen(this.hash.channel, {
       message: (configKey) => {
         if (this.identities.isNews(configKey)) void this.identities.hear(configKey).catch(() => undefined);
         else void this.readOne(configKey);
@@ -212,7 +212,7 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
 
   /**
    * Writes a key's values and announces them; resolves once a replica has them where there are
-   * replicas (see `RedisService.replicasToConfirm`): a write a failover could still lose is
+   * replicas (see `Replicas.toConfirm`): a write a failover could still lose is
    * reported as failed, to be checked and made again.
    */
   async write(configKey: string, values: RateLimitOverride): Promise<void> {

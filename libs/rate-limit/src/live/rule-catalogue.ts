@@ -50,12 +50,13 @@ export class RuleCatalogue {
     if (rules.length === 0 && allowListKey === undefined) return;
     const fields = rules.flatMap((rule) => [fieldOf(rule), JSON.stringify(stored(rule, ipv6PrefixBits))]);
     if (allowListKey !== undefined) fields.push(`${ALLOW_LIST_FIELD}${allowListKey}`, '{}');
-    await this.redis.operation(
-      this.redis.client
-        .multi()
-        .hset(this.key, ...fields)
-        .pexpire(this.key, CATALOGUE_TTL_MS)
-        .exec(),
+    await this.redis.runner.operation(
+      (client) =>
+        client
+          .multi()
+          .hset(this.key, ...fields)
+          .pexpire(this.key, CATALOGUE_TTL_MS)
+          .exec(),
       'MULTI',
     );
   }
@@ -65,7 +66,7 @@ export class RuleCatalogue {
    * its `tierName`, as the app's registry holds it.
    */
   async rules(): Promise<CataloguedRule[]> {
-    const fields = await this.redis.operation(this.redis.client.hgetall(this.key), 'HGETALL');
+    const fields = await this.redis.runner.operation((client) => client.hgetall(this.key), 'HGETALL');
     const rules: CataloguedRule[] = [];
     for (const [field, text] of Object.entries(fields)) {
       if (field.startsWith(ALLOW_LIST_FIELD)) continue;
@@ -92,7 +93,7 @@ export class RuleCatalogue {
 
   /** The config keys of the module-wide allow lists of the apps catalogued. */
   async allowListKeys(): Promise<string[]> {
-    const fields = await this.redis.operation(this.redis.client.hkeys(this.key), 'HKEYS');
+    const fields = await this.redis.runner.operation((client) => client.hkeys(this.key), 'HKEYS');
     return fields
       .filter((field) => field.startsWith(ALLOW_LIST_FIELD))
       .map((field) => field.slice(ALLOW_LIST_FIELD.length));

@@ -4,7 +4,7 @@ import { APP_CONFIG_SERVICE, appConfigService } from '../live/app-config.js';
 import { NestConfigCentre } from '../live/nest-config-centre.js';
 import { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
 import { RateLimitManagementService } from '../live/rate-limit-management.service.js';
-import { KeyAuditSchedule } from '../ops/key-audit-schedule.js';
+import { RateLimitKeyAudit } from '../ops/rate-limit-key-audit.js';
 import { RedisConfigCentre } from '../live/redis-config-centre.js';
 import { RateLimitHealthIndicator } from '../ops/rate-limit-health.indicator.js';
 import { RATE_LIMIT_METRICS } from '../limiter/decision-observer.js';
@@ -25,11 +25,7 @@ import {
 } from './options.js';
 import { RateLimiterService } from '../limiter/rate-limiter.service.js';
 import { StoreProblemLog } from '../logging/store-problem-log.js';
-import { LostWriteCheck } from '../redis/failover/lost-write-check.js';
-import { LostWriteCheckSwitch } from '../redis/failover/lost-write-check-switch.js';
-import { ReplicaWait } from '../redis/failover/replica-wait.js';
 import { RedisRateLimitStore } from '../redis/redis-rate-limit.store.js';
-import { REDIS_CONNECTION, redisConnection } from '../redis/redis-connection.js';
 import { RedisService } from '../redis/redis.service.js';
 import { BlockCacheStore, BlockedKeys } from '../resilience/block-cache.store.js';
 import { DecidingStore } from '../resilience/deciding-store.js';
@@ -42,9 +38,9 @@ import {
   defaultsNeedInterceptor,
   validateDefaultRules,
 } from '../rules/default-rules.js';
-import { MemoryRateLimitStore } from '../store/memory-rate-limit.store.js';
 import { RateLimitStore } from '../store/rate-limit-store.js';
 import { resolveModuleOptions } from './resolve-options.js';
+import { lostWriteCheckSwitchProvider, redisConnectionProvider, storeProvider } from './store-providers.js';
 import { LOG_SAMPLING } from './defaults.js';
 import { limiterStepsProvider } from './limiter-steps.js';
 
@@ -53,16 +49,6 @@ const resolvedOptionsProvider: Provider = {
   inject: [RATE_LIMIT_OPTIONS],
   // What `forRoot` was given was checked when it was called; here it is what a factory returned.
   useFactory: (options: RateLimitModuleOptions) => resolveModuleOptions(options, true),
-};
-
-/**
- * The Redis client the `redis` option asks for, made before `RedisService`: ioredis is loaded only
- * then, so an app on the embedded store (or its own `store`) runs without it installed.
- */
-const redisConnectionProvider: Provider = {
-  provide: REDIS_CONNECTION,
-  inject: [RATE_LIMIT_OPTIONS, StoreProblemLog],
-  useFactory: ({ redis }: RateLimitModuleOptions, problems: StoreProblemLog) => redisConnection(redis, problems),
 };
 
 /** The app's `ConfigService`, when `@nestjs/config` is installed and this module sees one. */
@@ -75,52 +61,6 @@ const appConfigProvider: Provider = {
 const problemLogProvider: Provider = {
   provide: StoreProblemLog,
   useFactory: () => new StoreProblemLog(LOG_SAMPLING.intervalMs),
-};
-
-/**
- * The store itself: yours, the in-process one, or Redis with the failover defences the options
- * ask for (the lost-write check, the marker, the replica wait; `redis/failover/`).
- */
-const storeProvider: Provider = {
-  provide: RateLimitStore,
-  inject: [RATE_LIMIT_OPTIONS, RESOLVED_RATE_LIMIT_OPTIONS, RedisService, StoreProblemLog, ModuleRef],
-  useFactory: async (
-    { store }: RateLimitModuleOptions,
-    options: ResolvedRateLimitOptions,
-    redis: RedisService,
-    problems: StoreProblemLog,
-    moduleRef: ModuleRef,
-  ): Promise<RateLimitStore> => {
-    if (store instanceof RateLimitStore) return store;
-    if (typeof store === 'function') return moduleRef.create(store);
-    const { maxKeys } = options.memoryStore;
-    if (!redis.isConfigured) return new MemoryRateLimitStore(maxKeys);
-    const { detectLostWrites, marker, waitForReplicas } = options.failover;
-    return new RedisRateLimitStore(redis, problems, {
-      // 'auto': turned on later, if ever, by `lostWriteCheckSwitchProvider`.
-      lostWrites: detectLostWrites === true ? new LostWriteCheck(maxKeys, problems) : undefined,
-      marker,
-      replicaWait: waitForReplicas ? new ReplicaWait(redis, waitForReplicas, problems) : undefined,
-    });
-  },
-};
-
-/**
- * `failover.detectLostWrites: 'auto'` (the default) on the Redis store: the lost-write check turned
- * on once a replica can be promoted (Sentinel, Cluster, a server reporting replicas). Null otherwise.
- */
-const lostWriteCheckSwitchProvider: Provider = {
-  provide: LostWriteCheckSwitch,
-  inject: [RateLimitStore, RESOLVED_RATE_LIMIT_OPTIONS, RedisService, StoreProblemLog],
-  useFactory: (
-    store: RateLimitStore,
-    { failover, memoryStore }: ResolvedRateLimitOptions,
-    redis: RedisService,
-    problems: StoreProblemLog,
-  ): LostWriteCheckSwitch | null =>
-    failover.detectLostWrites === 'auto' && store instanceof RedisRateLimitStore
-      ? new LostWriteCheckSwitch(redis, () => store.checkLostWrites(new LostWriteCheck(memoryStore.maxKeys, problems)))
-      : null,
 };
 
 /**
@@ -145,8 +85,8 @@ const decidingStoreProvider: Provider = {
       localFallback: {
         ...storeErrors.localFallback,
         maxKeys: memoryStore.maxKeys,
-        instances: store instanceof RedisRateLimitStore ? () => redis.instances : undefined,
-        storeSeemsDown: store instanceof RedisRateLimitStore ? () => redis.seemsDown : undefined,
+        instances: store instanceof RedisRateLimitStore ? () => redis.news.instances : undefined,
+        storeSeemsDown: store instanceof RedisRateLimitStore ? () => redis.runner.seemsDown : undefined,
         // Units Redis counted for requests refused here, which this instance may admit with.
         banked: (key) => blocked?.forget([key]),
       },
@@ -169,12 +109,12 @@ const decidingStoreProvider: Provider = {
 /** Prometheus metrics when `metrics` asks for them; `prom-client` is loaded only then. */
 const metricsProvider: Provider = {
   provide: RATE_LIMIT_METRICS,
-  inject: [RESOLVED_RATE_LIMIT_OPTIONS, RedisService, RateLimitConfigCentre, KeyAuditSchedule, RateLimitRuleRegistry],
+  inject: [RESOLVED_RATE_LIMIT_OPTIONS, RedisService, RateLimitConfigCentre, RateLimitKeyAudit, RateLimitRuleRegistry],
   useFactory: async (
     { metrics }: ResolvedRateLimitOptions,
     redis: RedisService,
     centre: RateLimitConfigCentre,
-    audit: KeyAuditSchedule,
+    audit: RateLimitKeyAudit,
     rules: RateLimitRuleRegistry,
   ): Promise<RateLimitMetrics | null> => {
     if (!metrics) return null;
@@ -188,7 +128,7 @@ const metricsProvider: Provider = {
     }
     const registry = (metrics.registry as Registry | undefined) ?? client.register;
     return new RateLimitMetrics(client, registry, metrics.prefix, {
-      circuitState: () => (redis.isConfigured ? redis.circuitState : undefined),
+      circuitState: () => (redis.isConfigured ? redis.runner.circuitState : undefined),
       liveConfig: () => (centre instanceof RedisConfigCentre ? centre.state : undefined),
       keysWithoutTtl: () => audit.keysWithoutTtl,
       ruleNames: () => rules.all().map((rule) => rule.name),
@@ -245,7 +185,7 @@ const configCentreProvider: Provider = {
     decidingStoreProvider,
     limiterStepsProvider,
     configCentreProvider,
-    KeyAuditSchedule,
+    RateLimitKeyAudit,
     metricsProvider,
     RateLimitHealthIndicator,
     RateLimitRuleRegistry,
@@ -268,6 +208,7 @@ const configCentreProvider: Provider = {
     RateLimiterService,
     RateLimitManagementService,
     RateLimitHealthIndicator,
+    RateLimitKeyAudit,
     RateLimitGuard,
     RateLimitInterceptor,
   ],

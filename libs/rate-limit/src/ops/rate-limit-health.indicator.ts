@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { KeyAuditSchedule } from './key-audit-schedule.js';
+import { RateLimitKeyAudit } from './rate-limit-key-audit.js';
 import { RedisConfigCentre } from '../live/redis-config-centre.js';
 import { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
 import type { CircuitBreakerState } from '../redis/call-safety.js';
@@ -57,7 +57,7 @@ export class RateLimitHealthIndicator {
   constructor(
     private readonly redis: RedisService,
     private readonly centre: RateLimitConfigCentre,
-    private readonly audit: KeyAuditSchedule,
+    private readonly audit: RateLimitKeyAudit,
   ) {}
 
   /** Losses of live controls as of the last check: a loss since then degrades the next. */
@@ -72,11 +72,12 @@ export class RateLimitHealthIndicator {
   private async health(): Promise<RateLimitHealth> {
     if (!this.redis.isConfigured) return { status: 'up', store: 'memory' };
     const keysWithoutTtl = this.audit.keysWithoutTtl;
-    const breaker = this.redis.circuitState;
+    const { runner, memory: redisMemory } = this.redis;
+    const breaker = runner.circuitState;
     const reachable = await this.redis.reachable();
     // Not answered is not a no: a hung Redis still holds its scripts.
-    const scriptsLoaded = reachable ? await this.redis.scriptsLoaded().catch(() => 'unknown' as const) : 'unknown';
-    const memory = reachable ? await this.redis.memoryState().catch(() => undefined) : undefined;
+    const scriptsLoaded = reachable ? await runner.loaded().catch(() => 'unknown' as const) : 'unknown';
+    const memory = reachable ? await redisMemory.check().catch(() => undefined) : undefined;
     const health: RateLimitHealth = {
       status: 'up',
       store: 'redis',

@@ -1,6 +1,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import { mastersOf } from './masters.js';
 import { keyIdOf, liveConfigKeys, ruleKeyId } from '../store/key-layout.js';
+import type { RedisService } from './redis.service.js';
 
 export interface KeyAuditOptions {
   /** The library's key prefix; only keys under `prefix:` are read. */
@@ -34,7 +35,8 @@ export interface KeyAuditReport {
  * optionally repairs, keys without a TTL. The scripts never leave one; older code that sent INCR
  * and EXPIRE as two commands did, and its users were banned until someone noticed.
  */
-export async function auditRateLimitKeys(client: Redis | Cluster, options: KeyAuditOptions): Promise<KeyAuditReport> {
+export async function auditRateLimitKeys(redis: RedisService, options: KeyAuditOptions): Promise<KeyAuditReport> {
+  const { client } = redis;
   const nodes = mastersOf(client);
   const report: KeyAuditReport = { scanned: 0, withoutTtl: [], withoutTtlCount: 0, repaired: 0, rules: {} };
   const maxListed = options.maxListed ?? Infinity;

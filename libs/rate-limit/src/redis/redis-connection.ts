@@ -1,6 +1,5 @@
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import type { RateLimitRedisOptions } from '../module/options.js';
-import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
 import { describeError } from '../logging/describe-error.js';
 import type { StoreProblemLog } from '../logging/store-problem-log.js';
 import { type IoredisConnectors, guardedConnector } from './guarded-connector.js';
@@ -12,6 +11,20 @@ export const REDIS_CONNECTION = Symbol('RATE_LIMIT_REDIS_CONNECTION');
 export interface RedisConnection {
   readonly client: Redis | Cluster;
   readonly owned: boolean;
+  /** Whether the app's start checks the Redis user's access (`checkAccess`), asked at the start; without it, no check. */
+  readonly checksAccess?: () => boolean;
+}
+
+/**
+ * @internal The `redis` option given without ioredis installed: the module wiring tells it as a
+ * mistake of the options (`RateLimitConfigurationError`).
+ */
+export class IoredisNotInstalledError extends Error {
+  override readonly name = 'IoredisNotInstalledError';
+
+  constructor() {
+    super("RateLimitModule options: 'redis' needs the package ioredis: npm install ioredis");
+  }
 }
 
 /**
@@ -64,9 +77,7 @@ export async function redisConnection(
   } catch (error) {
     // Not installed; anything else (a broken install, say) is told as it is.
     if ((error as { code?: unknown }).code !== 'ERR_MODULE_NOT_FOUND') throw error;
-    throw new RateLimitConfigurationError(
-      "RateLimitModule options: 'redis' needs the package ioredis: npm install ioredis",
-    );
+    throw new IoredisNotInstalledError();
   }
   const { Cluster, Redis } = ioredis;
   const onSocketError = (error: Error) => {

@@ -1,5 +1,6 @@
 import type { LoggerService } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
+import { withDeadline } from './call-safety.js';
 import { isCluster } from './is-cluster.js';
 import { mastersOf } from './masters.js';
 
@@ -36,17 +37,21 @@ export class RedisMemory {
 
   constructor(
     private readonly client: Redis | Cluster,
+    /** How long a check waits for each master, unless told otherwise: the call deadline. */
+    private readonly timeoutMs: number,
     private readonly logger: LoggerService,
     private readonly describe: () => string,
   ) {}
 
   /**
    * Reads every master's memory settings, warns of an evicting one (once per setting), and tells
-   * whether keys were evicted since the last check. Rejects when Redis does not answer.
+   * whether keys were evicted since the last check. Rejects when a master does not answer within `timeoutMs`.
    */
-  async check(deadline: <T>(call: Promise<T>) => Promise<T>): Promise<RedisMemoryState> {
+  async check(timeoutMs = this.timeoutMs): Promise<RedisMemoryState> {
     const masters = mastersOf(this.client);
-    const infos = await Promise.all(masters.map((node) => deadline(node.call('INFO', 'memory', 'stats')).then(String)));
+    const infos = await Promise.all(
+      masters.map((node) => withDeadline(node.call('INFO', 'memory', 'stats'), timeoutMs, 'INFO memory').then(String)),
+    );
     let maxmemory = 0;
     let policy: string | undefined;
     let evictedKeys = 0;

@@ -68,8 +68,8 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
   ) {
     super();
     // Loaded on every (re)connect: these from the start, and each variant by algorithms once a call
-    // first needs it (`RedisService.run` loads it before that call).
-    this.scripts = redis.scripts;
+    // first needs it (`ScriptRunner.run` loads it before that call).
+    this.scripts = redis.runner;
     for (const script of [FIXED_WINDOW_FAST_SCRIPT, RESET_SCRIPT]) this.scripts.register(script);
     this.markerShare = defences.marker;
     if (defences.lostWrites) this.checkLostWrites(defences.lostWrites);
@@ -87,7 +87,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     this.lostWrites = lostWrites;
     // A key another instance reset or refunded is no loss to repair here either. (News that may have
     // been missed forgets nothing: a failover, when the check matters most, cuts it off.)
-    this.redis.watchLiftedKeys({ lifted: (keys) => lostWrites.forget(keys), listening: () => undefined });
+    this.redis.news.watchLiftedKeys({ lifted: (keys) => lostWrites.forget(keys), listening: () => undefined });
   }
 
   override inspect(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitStanding[]> {
@@ -252,7 +252,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     await this.settleQuietly(settlements);
     // Counts taken back (a Cluster slot's after another refused) may admit again: every instance's
     // block cache lets them go. (`countOn` rules are never cached.)
-    await this.redis.announceLifted(
+    await this.redis.news.announceLifted(
       settlements.flatMap(({ hit, refund }) => (refund && !hit.conditional ? [hit.key] : [])),
     );
   }
@@ -284,7 +284,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
       ),
     );
     // After the keys are gone; an instance forgets then, and learns no block from a call sent before.
-    await this.redis.announceLifted(keys);
+    await this.redis.news.announceLifted(keys);
   }
 
   /**
@@ -296,7 +296,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
   }
 
   override watchLiftedKeys(watcher: LiftedKeysWatcher): boolean {
-    this.redis.watchLiftedKeys(watcher);
+    this.redis.news.watchLiftedKeys(watcher);
     return true;
   }
 

@@ -1,6 +1,6 @@
 import { BrokenCircuitError } from 'cockatiel';
 import { describe, expect, it } from 'vitest';
-import { RedisTimeoutError } from './redis.service.js';
+import { RedisTimeoutError } from './call-safety.js';
 import { UnsentCallsError, neverReachedRedis } from './unsent-error.js';
 
 describe('neverReachedRedis', () => {

@@ -25,7 +25,7 @@ export function promotableByDesign(client: Redis | Cluster): string | undefined 
 
 /** The replicas a standalone server reports connected (`INFO replication`, `connected_slaves`). */
 export async function connectedReplicas(redis: RedisService, client: Redis): Promise<number> {
-  const info = await redis.operation(client.info('replication'), 'INFO replication', LOOKUP_TIMEOUT_MS);
+  const info = await redis.runner.operation(() => client.info('replication'), 'INFO replication', LOOKUP_TIMEOUT_MS);
   return Number(/connected_slaves:(\d+)/.exec(info)?.[1] ?? 0);
 }
 
@@ -62,7 +62,7 @@ export class LostWriteCheckSwitch implements OnApplicationBootstrap, OnApplicati
       turnOn();
       return;
     }
-    redis.whenReady(() => void this.look());
+    redis.connection.whenReady(() => void this.look());
   }
 
   async onApplicationBootstrap(): Promise<void> {

@@ -20,7 +20,7 @@ export class ReplicaWait {
 
   async afterAdmission(): Promise<void> {
     const { replicas, timeoutMs } = this.options;
-    const confirmed = await this.redis.waitForReplicas(replicas, timeoutMs).catch(() => 0);
+    const confirmed = await this.redis.replicas.wait(replicas, timeoutMs).catch(() => 0);
     if (confirmed < replicas) {
       this.problems.report('wait', 'Fewer replicas than waitForReplicas asks confirmed the counts in time');
     }

@@ -1,4 +1,4 @@
-import { RedisScript } from '../script-runner.js';
+import { RedisScript } from '../redis-script.js';
 
 /**
  * Runs, once at startup, every command the library's scripts run, on scratch keys of its own, with

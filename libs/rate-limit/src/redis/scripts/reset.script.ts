@@ -1,4 +1,4 @@
-import { RedisScript } from '../script-runner.js';
+import { RedisScript } from '../redis-script.js';
 import { keysBeside } from '../../store/key-layout.js';
 
 /**
