@@ -11,7 +11,8 @@ import { ROOT } from '../support/demo-process.js';
 const ENTRY_NAMES_BUDGETS = {
   'libs/rate-limit/src/index.ts': 48,
   'libs/rate-limit/src/live/index.ts': 16,
-  'libs/rate-limit/src/ops/index.ts': 8,
+  // RateLimitKeyAudit: the key audit on demand, which was a member of RedisService.
+  'libs/rate-limit/src/ops/index.ts': 9,
   'libs/rate-limit/src/store/index.ts': 25,
 } as const;
 

@@ -1,6 +1,6 @@
 import { EVERY_RULE, type IdentityControls, type RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
 import type { RedisService } from '../redis/redis.service.js';
-import { RedisScript } from '../redis/redis-script.js';
+import { RedisScript } from '../redis/script-runner.js';
 import { liveConfigKeys } from '../store/key-layout.js';
 import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
 import { MAX_DURATION_MS } from '../rules/duration.js';

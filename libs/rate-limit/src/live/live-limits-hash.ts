@@ -1,4 +1,4 @@
-import { RedisScript } from '../redis/redis-script.js';
+import { RedisScript } from '../redis/script-runner.js';
 import type { RedisService } from '../redis/redis.service.js';
 import { liveConfigKeys } from '../store/key-layout.js';
 import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';

@@ -1,6 +1,6 @@
 import type { SampledLogger } from '../logging/sampled-logger.js';
 import type { RedisService } from '../redis/redis.service.js';
-import { RedisScript } from '../redis/redis-script.js';
+import { RedisScript } from '../redis/script-runner.js';
 
 /**
  * Starts the member of a set of bans or overrides that says an identity's entry was lifted (then the

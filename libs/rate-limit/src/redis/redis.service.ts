@@ -6,7 +6,7 @@ import { ConnectionLife } from './connection-life.js';
 import { REDIS_CONNECTION, type RedisConnection } from './redis-connection.js';
 import { RedisMemory } from './redis-memory.js';
 import { RedisNews } from './redis-news.js';
-import type { RedisScript } from './redis-script.js';
+import type { RedisScript } from './script-runner.js';
 import { Replicas } from './replicas.js';
 import { ScriptRunner } from './script-runner.js';
 import { checkAccess, checkVersion } from './start-checks.js';

@@ -20,6 +20,6 @@ export { rateLimitKey, rateLimitKeys, keysBeside, keyIdOf, ruleKeyId, type RateL
 export { ALGORITHM_NAMES } from '../algorithms/algorithm.js';
 export { STORED_FIELDS, STORED_TYPES } from '../algorithms/stored-fields.js';
 export { RedisService } from '../redis/redis.service.js';
-export { RedisScript } from '../redis/redis-script.js';
+export { RedisScript } from '../redis/script-runner.js';
 export type { RateLimitRedisOptions, RateLimitStoreErrorOptions, RateLimitFailoverOptions } from '../module/options.js';
 export type { RateLimitCircuitBreakerOptions } from '../module/options.js';

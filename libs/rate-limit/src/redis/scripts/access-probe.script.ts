@@ -1,4 +1,4 @@
-import { RedisScript } from '../redis-script.js';
+import { RedisScript } from '../script-runner.js';
 
 /**
  * Runs, once at startup, every command the library's scripts run, on scratch keys of its own, with

@@ -4,7 +4,7 @@ import type {
   RateLimitHit,
   RateLimitReceipt,
 } from '../../store/rate-limit-store.js';
-import { RedisScript } from '../redis-script.js';
+import { RedisScript } from '../script-runner.js';
 
 /**
  * The decision most requests ask for, at the least cost to Redis and to the app: fixed-window

@@ -1,5 +1,5 @@
 import { markerFrom } from '../failover/lost-write-marker.js';
-import { ScriptsByAlgorithms } from '../redis-script.js';
+import { ScriptsByAlgorithms } from '../script-runner.js';
 import { defineScriptLayout } from '../script-protocol.js';
 import { keysBeside } from '../../store/key-layout.js';
 import type { RateLimitHit } from '../../store/rate-limit-store.js';

@@ -1,4 +1,4 @@
-import { ScriptsByAlgorithms } from '../redis-script.js';
+import { ScriptsByAlgorithms } from '../script-runner.js';
 import { defineScriptLayout } from '../script-protocol.js';
 import type { RateLimitHit } from '../../store/rate-limit-store.js';
 import { ALGORITHM_ARGS, algorithmArgs, algorithmsLua } from './shared.lua.js';

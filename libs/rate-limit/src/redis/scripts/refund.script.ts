@@ -1,4 +1,4 @@
-import { ScriptsByAlgorithms } from '../redis-script.js';
+import { ScriptsByAlgorithms } from '../script-runner.js';
 import { defineScriptLayout } from '../script-protocol.js';
 import { keysBeside } from '../../store/key-layout.js';
 import type { RateLimitSettlement } from '../../store/rate-limit-store.js';

@@ -1,4 +1,4 @@
-import { RedisScript } from '../redis-script.js';
+import { RedisScript } from '../script-runner.js';
 import { keysBeside } from '../../store/key-layout.js';
 
 /**
