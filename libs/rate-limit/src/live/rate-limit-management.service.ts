@@ -3,7 +3,7 @@ import { checkLimitValues } from './check-limit-values.js';
 import { LiveConfigCentre } from './live-config-centre.js';
 import { RedisConfigCentre } from './redis-config-centre.js';
 import { parseLimitSettings, settingsAsOverride, throwProblems } from '../rules/limit-settings.js';
-import { RuleThresholds, type Thresholds } from '../limiter/prepare-hits.js';
+import { RuleThresholds, type Thresholds } from '../limiter/rule-thresholds.js';
 import { RateLimitConfigCentre, type RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
 import type { RateLimitInspection } from '../limiter/rate-limit-inspection.js';
 import { RateLimiterService } from '../limiter/rate-limiter.service.js';

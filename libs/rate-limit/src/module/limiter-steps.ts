@@ -1,7 +1,12 @@
 import { Logger, type Provider } from '@nestjs/common';
 import { type DecisionObserver, RATE_LIMIT_METRICS } from '../limiter/decision-observer.js';
 import { LimiterSteps } from '../limiter/limiter-steps.js';
-import { ExemptionProblems } from '../limiter/exemptions.js';
+import { ExemptionProblems, ModuleExemptions } from '../limiter/exemptions.js';
+import { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
+import { AllowListStep } from '../limiter/steps/allow-list.step.js';
+import { ModuleExemptionsStep } from '../limiter/steps/module-exemptions.step.js';
+import { SkipIfStep } from '../limiter/steps/skip-if.step.js';
+import { TiersStep } from '../limiter/steps/tiers.step.js';
 import type { LimiterStep, StepEntry } from '../limiter/limiter-step.js';
 import { CostReservationsStep } from '../limiter/steps/cost-reservations.step.js';
 import { CountOnStep } from '../limiter/steps/count-on.step.js';
@@ -28,9 +33,28 @@ export function limiterSteps(
   deciding: DecidingStore,
   store: RateLimitStore,
   metrics: DecisionObserver | null,
+  centre: RateLimitConfigCentre,
 ): StepEntry[] {
-  const { clock } = options;
+  const { clock, allow, skipIf } = options;
+  // Where a failed `skipIf`, an allow list a centre gave that cannot be read, or `onNearLimit` is said.
+  const problems = new ExemptionProblems();
   const entries: StepEntry[] = [
+    // The centre's first: a banned identity is refused before any exemption can let it through.
+    ...centre.limiterSteps(),
+    ...(allow || skipIf
+      ? [
+          {
+            make: () =>
+              closing(
+                new ModuleExemptionsStep(new ModuleExemptions(allow?.list, allow?.configKey, skipIf, centre, problems)),
+                problems,
+              ),
+          },
+        ]
+      : []),
+    { uses: SkipIfStep.uses, make: () => closing(new SkipIfStep(problems), problems) },
+    { uses: TiersStep.uses, make: (kit) => new TiersStep(kit) },
+    { uses: AllowListStep.uses, make: () => new AllowListStep() },
     { uses: CountOnStep.uses, make: () => new CountOnStep(options.countOn.inFlightWaitMs) },
     { uses: ShadowStep.uses(options.mode), make: () => new ShadowStep() },
     {
@@ -42,7 +66,7 @@ export function limiterSteps(
         return leasing ? new LeasesStep(leasing, clock ? () => Math.floor(clock()) : () => undefined) : {};
       },
     },
-    { uses: NearLimitStep.uses, make: () => nearLimitStep(options.onNearLimit) },
+    { uses: NearLimitStep.uses, make: () => nearLimitStep(options.onNearLimit, problems) },
     { uses: CostReservationsStep.uses, make: () => new CostReservationsStep() },
   ];
   const { logging } = options;
@@ -73,9 +97,8 @@ function leasingStore(
 }
 
 /** The module's `onNearLimit`, made never to throw into a request: a failure is logged by sampling. */
-function nearLimitStep(onNearLimit: ResolvedRateLimitOptions['onNearLimit']): LimiterStep {
+function nearLimitStep(onNearLimit: ResolvedRateLimitOptions['onNearLimit'], problems: ExemptionProblems): LimiterStep {
   if (!onNearLimit) return new NearLimitStep(undefined);
-  const problems = new ExemptionProblems();
   const step = new NearLimitStep((event) => {
     try {
       const done = onNearLimit(event) as unknown;
@@ -84,17 +107,23 @@ function nearLimitStep(onNearLimit: ResolvedRateLimitOptions['onNearLimit']): Li
       problems.hookFailed('onNearLimit', error);
     }
   });
+  return closing(step, problems);
+}
+
+/** A step that says what its problems log holds at shutdown (each of its steps may: a flush is idempotent). */
+function closing<Step extends LimiterStep>(step: Step, problems: ExemptionProblems): Step {
   return Object.assign(step, { close: () => problems.close() });
 }
 
 /** The limiter's steps: what the options and the rules' features compose. */
 export const limiterStepsProvider: Provider = {
   provide: LimiterSteps,
-  inject: [RESOLVED_RATE_LIMIT_OPTIONS, DecidingStore, RateLimitStore, RATE_LIMIT_METRICS],
+  inject: [RESOLVED_RATE_LIMIT_OPTIONS, DecidingStore, RateLimitStore, RATE_LIMIT_METRICS, RateLimitConfigCentre],
   useFactory: (
     options: ResolvedRateLimitOptions,
     deciding: DecidingStore,
     store: RateLimitStore,
     metrics: DecisionObserver | null,
-  ) => new LimiterSteps(limiterSteps(options, deciding, store, metrics)),
+    centre: RateLimitConfigCentre,
+  ) => new LimiterSteps(limiterSteps(options, deciding, store, metrics, centre)),
 };
