@@ -16,7 +16,6 @@ const OVERSIZED_FILES: Readonly<Record<string, number>> = {
   'limiter/prepare-hits.ts': 409,
   'limiter/rate-limiter.service.ts': 469,
   'live/rate-limit-management.service.ts': 577,
-  'live/redis-config-centre.ts': 317,
   'redis/call-safety.ts': 327,
   'redis/redis-rate-limit.store.ts': 408,
   'resilience/local-fallback.ts': 523,
