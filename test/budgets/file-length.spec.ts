@@ -15,7 +15,6 @@ const OVERSIZED_FILES: Readonly<Record<string, number>> = {
   'http/rate-limit.guard.ts': 308,
   'limiter/prepare-hits.ts': 409,
   'limiter/rate-limiter.service.ts': 469,
-  'live/rate-limit-management.service.ts': 577,
   'redis/call-safety.ts': 327,
   'redis/redis-rate-limit.store.ts': 408,
   'resilience/local-fallback.ts': 523,
