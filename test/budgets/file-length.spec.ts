@@ -13,9 +13,6 @@ const MAX_LINES = 300;
  */
 const OVERSIZED_FILES: Readonly<Record<string, number>> = {
   'http/rate-limit.guard.ts': 308,
-  'live/identity-entries.ts': 390,
-  'live/rate-limit-management.service.ts': 577,
-  'live/redis-config-centre.ts': 317,
   'redis/call-safety.ts': 327,
   'redis/redis-rate-limit.store.ts': 408,
   'resilience/local-fallback.ts': 523,

@@ -6,13 +6,10 @@ export { NestConfigCentre } from './nest-config-centre.js';
 export { LiveConfigCentre } from './live-config-centre.js';
 export { MemoryConfigCentre } from './memory-config-centre.js';
 export { RedisConfigCentre, type LiveConfigState } from './redis-config-centre.js';
-export {
-  RateLimitManagementService,
-  RateLimitPermissionError,
-  type RateLimitChangeAuthor,
-  type RateLimitLimitEntry,
-  type RateLimitRuleLimits,
-} from './rate-limit-management.service.js';
+export { RateLimitManagementService } from './rate-limit-management.service.js';
+export { RateLimitPermissionError } from './management-refusals.js';
+export type { RateLimitChangeAuthor } from './authored-changes.js';
+export type { RateLimitLimitEntry, RateLimitRuleLimits } from './limit-management.js';
 export { RateLimitStoreUnavailableError } from './store-unavailable-error.js';
 export type { RateLimitChange } from './change-log.js';
 export type { RateLimitBan, RateLimitIdentityOverride } from './identity-entries.js';
