@@ -42,7 +42,7 @@ export {
   type RateLimitExceptionBody,
   RateLimitBannedException,
   type RateLimitBannedExceptionBody,
-} from './limiter/rate-limit-outcome.js';
+} from './http/rate-limit.exception.js';
 export {
   RateLimitGraphQLError,
   type RateLimitGraphQLExtensions,

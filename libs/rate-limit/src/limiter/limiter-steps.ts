@@ -28,9 +28,12 @@ export class LimiterSteps {
   constructor(private readonly entries: readonly StepEntry[]) {}
 
   /** Whether any step screens requests: without one, rules are prepared at once. */
-  get screening(): boolean {
-    return this.screens.length > 0;
-  }
+  screening = false;
+  /**
+   * Rules none of whose steps prepares them, wraps the store call or sees an admission (nearly
+   * every rule): an admitted request of them runs no step, nor this file. Known once a rule's steps are.
+   */
+  readonly plain = new WeakSet<RateLimitRule>();
 
   /** Makes the options' steps, with what the limiter lends them; before its first request. */
   start(kit: StepKit): void {
@@ -39,7 +42,7 @@ export class LimiterSteps {
     if (this.made.size === 0) return;
     this.everyRequest = [...this.made.values()];
     const screens = this.everyRequest.filter((step) => step.screen);
-    if (screens.length > 0) this.screens = screens;
+    if (screens.length > 0) [this.screens, this.screening] = [screens, true];
   }
 
   /**
@@ -162,6 +165,7 @@ export class LimiterSteps {
       }
       steps = used.length === 0 ? NONE : used;
       this.ofRule.set(rule, steps);
+      if (!steps.some((step) => step.prepare || step.consume || step.decided)) this.plain.add(rule);
     }
     return steps;
   }

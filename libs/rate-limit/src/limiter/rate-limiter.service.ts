@@ -9,7 +9,7 @@ import {
 import { RateLimitConfigCentre } from './rate-limit-config-centre.js';
 import { StoreProblemLog } from '../logging/store-problem-log.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
-import { DecidingStore, type ResilientConsumption } from '../resilience/deciding-store.js';
+import { DecidingStore } from '../resilience/deciding-store.js';
 import { RateLimitRuleRegistry, type RateLimitRuleRef } from '../rules/rate-limit-rule.registry.js';
 import { RateLimitConfigurationError, type RateLimitRule } from '../rules/rate-limit-rule.js';
 import { type RateLimitInspection, inspection } from './rate-limit-inspection.js';
@@ -18,13 +18,7 @@ import { type Consume, NOT_COUNTED, type Prepare } from './limiter-step.js';
 import { LimiterSteps } from './limiter-steps.js';
 import type { LimitedRequest } from './limited-request.js';
 import { HitPreparation, type PreparedRule } from './prepare-hits.js';
-import {
-  type ConditionalUnits,
-  type RateLimitOutcome,
-  type RuleDecision,
-  NO_RESERVED_UNITS,
-  rateLimitOutcome,
-} from './rate-limit-outcome.js';
+import { type RateLimitOutcome, decidedOutcome, rateLimitOutcome } from './rate-limit-outcome.js';
 
 /**
  * Decides requests against all their rules: thresholds from the config centre, identities, costs
@@ -182,10 +176,19 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
    */
   private decide(prepared: readonly PreparedRule[], request: LimitedRequest | undefined): Promise<RateLimitOutcome> {
     if (prepared.length === 0) return NOT_COUNTED_OUTCOME;
-    const steps = this.steps.of(prepared);
-    return this.steps
-      .consume(steps, prepared, this.consumeOf, request)
-      .then((consumption) => this.steps.decided(steps, this.outcome(prepared, consumption), prepared, consumption));
+    const { steps } = this;
+    if (prepared.length === 1 && steps.plain.has(prepared[0].rule)) {
+      // No step of the rule acts before a refusal: straight to the store, the steps see refusals only.
+      return this.consumeOf(prepared).then((consumption) => {
+        const outcome = decidedOutcome(prepared, consumption);
+        if (outcome.allowed && outcome.decisions[0].allowed) return outcome;
+        return steps.decided(steps.of(prepared), outcome, prepared, consumption);
+      });
+    }
+    const used = steps.of(prepared);
+    return steps
+      .consume(used, prepared, this.consumeOf, request)
+      .then((consumption) => steps.decided(used, decidedOutcome(prepared, consumption), prepared, consumption));
   }
 
   private readonly consumeOf: Consume = (prepared) => {
@@ -196,37 +199,6 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       this.now(),
     );
   };
-
-  private outcome(prepared: readonly PreparedRule[], consumption: ResilientConsumption): RateLimitOutcome {
-    const fallback = consumption.storeError !== undefined;
-    const decisions: RuleDecision[] = [];
-    for (let i = 0; i < prepared.length; i += 1) {
-      const { rule, identity, thresholds, hit } = prepared[i];
-      // Field by field, not spread: decisions of several shapes made the spread a slow path.
-      const { allowed, limit, remaining, resetMs, provisional } = consumption.decisions[i];
-      const decision: RuleDecision = {
-        allowed,
-        limit,
-        remaining,
-        resetMs,
-        rule,
-        identity,
-        windowMs: thresholds.windowMs,
-        cost: hit.cost,
-        fallback,
-        mode: thresholds.mode,
-      };
-      if (provisional) decision.provisional = true;
-      decisions.push(decision);
-    }
-    return rateLimitOutcome(
-      decisions,
-      consumption.allowed,
-      NO_CONDITIONAL_UNITS,
-      consumption.storeError,
-      NO_RESERVED_UNITS,
-    );
-  }
 
   /**
    * Screens a request (`LimiterStep.screen`: bans, the module's exemptions), then prepares its rules
@@ -259,7 +231,10 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         const thresholds = this.hits.thresholdsOf(rule);
         // A rule turned off is not prepared either: its identity and cost resolvers do not run.
         if (thresholds.mode === 'off') continue;
-        const prepared = this.steps.prepare(rule, thresholds, base, request);
+        const { steps } = this;
+        const prepared = steps.plain.has(rule)
+          ? base(rule, thresholds)
+          : steps.prepare(rule, thresholds, base, request);
         if (prepared === null) continue;
         if (prepared instanceof Promise) waits = true;
         preparing.push(prepared);
@@ -289,9 +264,6 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
  * outcome for all of them; nothing reads an outcome to change it.
  */
 const NOT_COUNTED_OUTCOME = Promise.resolve(rateLimitOutcome([], true, []));
-
-/** The `conditional` of nearly every outcome: no rule with `countOn`. */
-const NO_CONDITIONAL_UNITS = Object.freeze([]) as unknown as ConditionalUnits[];
 
 function checkIdentity(identity: unknown, method: string): void {
   if (typeof identity !== 'string' || identity === '') {

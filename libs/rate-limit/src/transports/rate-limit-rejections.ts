@@ -1,5 +1,5 @@
 import { IntrinsicException } from '@nestjs/common';
-import { rejectionMessage } from '../limiter/rate-limit-outcome.js';
+import { rejectionMessage } from '../http/rate-limit.exception.js';
 
 /** What a rejected GraphQL operation's error carries in `extensions`. */
 export interface RateLimitGraphQLExtensions {
