@@ -99,7 +99,7 @@ describe('LocalFallback: each instance takes its share of the limit, at most 1.0
     const pending = fallback.pending.take(10);
     expect(pending.map((units) => [units.hit.key, units.hit.cost, units.until])).toEqual([['unsent', 3, 1_000]]);
     expect(fallback.pending.hasIn(new Set(['']))).toBe(false);
-    fallback.putBack(pending);
+    fallback.pending.putBack(pending);
     expect(fallback.pending.take(10).map((units) => units.hit.cost)).toEqual([3]);
     // Units of a window that is over are not recorded.
     admitted(fallback, hit('late'), 1, 0, true);

@@ -3,7 +3,7 @@ import type { RateLimitConsumption, RateLimitHit } from '../store/rate-limit-sto
 import { fallbackReceipts } from './fallback-receipt.js';
 import type { LastSeen, LastSeenKeys } from './last-seen.js';
 import { BankedUnits } from './banked-units.js';
-import { type PendingUnits, UnitsToRecord } from './pending-units.js';
+import { UnitsToRecord } from './pending-units.js';
 
 export interface LocalFallbackOptions {
   /** How many instances share the store, as last counted (undefined: not known). */
@@ -74,11 +74,6 @@ export class LocalFallback {
   ) {
     this.pending = new UnitsToRecord(options.maxKeys, (key) => this.shardOf(key));
     this.banking = new BankedUnits(lastSeen, this.pending, options.banked);
-  }
-
-  /** Units taken to record that did not reach the store: recorded next time. */
-  putBack(units: readonly PendingUnits[]): void {
-    for (const each of units) this.pending.add(each.hit, each.until, 0);
   }
 
   /** The shard a key lives on. */

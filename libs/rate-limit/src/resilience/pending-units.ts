@@ -61,6 +61,11 @@ export class UnitsToRecord {
     return units;
   }
 
+  /** Units taken to record that did not reach the store: recorded next time. */
+  putBack(units: readonly PendingUnits[]): void {
+    for (const each of units) this.add(each.hit, each.until, 0);
+  }
+
   /** Units admitted without reaching the store, to record in the window they belong to (ending `until`). */
   add(hit: RateLimitHit, until: number, now: number): void {
     const units = this.byKey.get(hit.key);

@@ -219,7 +219,7 @@ export class StoreOutage {
     recorded.forEach((result, i) => {
       if (result.status === 'fulfilled') return;
       // Units whose call never went out wait for the next time Redis answers.
-      if (this.store.neverReached(result.reason)) fallback.putBack(batches[i]);
+      if (this.store.neverReached(result.reason)) fallback.pending.putBack(batches[i]);
       const reason = describeError(result.reason);
       this.problems.report(`record:${reason}`, `Recording requests the fallback admitted failed (${reason})`);
     });
