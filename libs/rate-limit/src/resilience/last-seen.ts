@@ -39,14 +39,15 @@ export type LastSeen = {
 
 /**
  * What Redis last said of each active key: what the local fallback decides from. The resilient
- * store fills it from every answer (`ReportedWindows`, beside it); the fallback reads it, and moves
- * it on, while it decides.
+ * store fills it from every answer (`ReportedWindows`, in `resilient-store.ts`: the code each
+ * request runs stays in that one file); the fallback, which knows it by this interface, reads it
+ * and moves it on while it decides.
  */
 export interface LastSeenKeys {
   get(key: string): LastSeen | undefined;
   set(key: string, seen: LastSeen): void;
   delete(key: string): void;
-  /** Keys whose window has units banked (`LocalFallback.reconcile`): none, and nothing is looked up per request. */
+  /** Keys whose window has units banked (`BankedUnits.reconcile`): none, and nothing is looked up per request. */
   readonly banked: Set<string>;
   /** Notes what Redis reported for each hit of a request, on time or late. */
   remember(hits: readonly RateLimitHit[], consumption: RateLimitConsumption, now: number): void;
