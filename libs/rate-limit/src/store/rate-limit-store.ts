@@ -120,11 +120,6 @@ export function unaskedDecision(hit: RateLimitHit): RateLimitDecision {
   return { allowed: true, limit: hit.limit, remaining: hit.limit, resetMs: hit.windowMs };
 }
 
-/** Units in a hit's counter after its request: nothing of a refused request was counted. */
-export function committedUnits(hit: RateLimitHit, consumption: RateLimitConsumption, index: number): number {
-  return hit.limit - remainingAfter(consumption.decisions[index], consumption.allowed, hit.cost);
-}
-
 /** A rule's counter for one identity as it stands, read without counting anything (`inspect`). */
 export interface RateLimitStanding {
   /** Units a request could take now (for token-bucket and gcra, of the burst). */
