@@ -17,7 +17,6 @@ const OVERSIZED_FILES: Readonly<Record<string, number>> = {
   'redis/redis-rate-limit.store.ts': 408,
   'resilience/local-fallback.ts': 523,
   'resilience/resilient-store.ts': 354,
-  'rules/rate-limit-rule.ts': 337,
   'store/memory-rate-limit.store.ts': 314,
 };
 
