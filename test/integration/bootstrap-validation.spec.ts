@@ -111,6 +111,15 @@ describe('bad rule options fail at bootstrap, naming Controller.method and the f
     expect(error.message).toContain(`@RateLimit on BadController.handler: ${problem}`);
   });
 
+  it.each([
+    [{ tiers: { pro: 5 }, tier: () => 'pro' }, "'tier' is now 'tiers.of' (0.4)"],
+    [{ tiers: { of: () => 'pro', limits: {} } }, "'tiers.limits' must name at least one tier"],
+    [{ tiers: { of: () => 'pro', limits: { 'a:b': 5 } } }, "'tiers.limits.a:b' is not a tier name"],
+  ])('rejects tiers that cannot work: %j', async (options, problem) => {
+    const error = await bootstrapError(controllerWith({ count: 5, window: '1s', ...options }));
+    expect(error.message).toContain(`@RateLimit on BadController.handler: ${problem}`);
+  });
+
   it('names a class rule by its controller and lists every problem at once', async () => {
     @Controller('bad-class')
     @RateLimit({ count: 0, window: '1s' })
