@@ -11,9 +11,7 @@ const MAX_LINES = 300;
  * is lowered as its file is split, and the file leaves the list once it is within MAX_LINES; no
  * file joins it. The list ends empty.
  */
-const OVERSIZED_FILES: Readonly<Record<string, number>> = {
-  'rules/rate-limit-rule.ts': 337,
-};
+const OVERSIZED_FILES: Readonly<Record<string, number>> = {};
 
 const SRC = join(ROOT, 'libs/rate-limit/src');
 

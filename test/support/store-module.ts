@@ -1,13 +1,8 @@
 import type { LoggerService } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import {
-  type RateLimitAlgorithmName,
-  RateLimitModule,
-  type RateLimitModuleOptions,
-  RateLimiterService,
-} from 'nest-rate-limit';
+import { RateLimitModule, type RateLimitModuleOptions, RateLimiterService } from 'nest-rate-limit';
 import { RateLimitKeyAudit } from 'nest-rate-limit/ops';
-import { type RateLimitHit, RateLimitStore, RedisService } from 'nest-rate-limit/store';
+import { type RateLimitAlgorithmName, type RateLimitHit, RateLimitStore, RedisService } from 'nest-rate-limit/store';
 
 /**
  * The library's store as a Nest app builds it (Redis when `options.redis` is set), without HTTP,

@@ -1,13 +1,9 @@
 import { Logger, Module } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
 import { TerminusModule } from '@nestjs/terminus';
-import {
-  RateLimitModule,
-  type RateLimitMode,
-  type RateLimitStoreErrorPolicy,
-  redisOptionsFromEnv,
-} from 'nest-rate-limit';
+import { RateLimitModule, type RateLimitMode } from 'nest-rate-limit';
 import { MemoryConfigCentre, RedisConfigCentre } from 'nest-rate-limit/live';
+import { type RateLimitStoreErrorPolicy, redisOptionsFromEnv } from 'nest-rate-limit/store';
 import { AdminController } from './admin.controller.js';
 import { AlgorithmsController } from './algorithms.controller.js';
 import { FeaturesController } from './features.controller.js';

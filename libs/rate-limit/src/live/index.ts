@@ -1,5 +1,8 @@
 // 'nest-rate-limit/live': thresholds at run time. The config centres (the `configCentre` option),
-// and the service that writes and reads live limits (`RateLimitManagementService`).
+// and the service that writes and reads live limits (`RateLimitManagementService`). Limit values are
+// given in one shape, `RateLimitOverride`, wherever they are: what a config centre holds for a key,
+// what `set` writes, an identity's override; the entries `get`, `list` and `overrides` answer with
+// carry them.
 
 export { RateLimitConfigCentre, type RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
 export { NestConfigCentre } from './nest-config-centre.js';
@@ -9,7 +12,7 @@ export { RedisConfigCentre, type LiveConfigState } from './redis-config-centre.j
 export { RateLimitManagementService } from './rate-limit-management.service.js';
 export { RateLimitPermissionError } from './management-refusals.js';
 export type { RateLimitChangeAuthor } from './authored-changes.js';
-export type { RateLimitLimitEntry, RateLimitRuleLimits } from './limit-management.js';
+export type { RateLimitLimitEntry } from './limit-management.js';
 export { RateLimitStoreUnavailableError } from './store-unavailable-error.js';
 export type { RateLimitChange } from './change-log.js';
 export type { RateLimitBan, RateLimitIdentityOverride } from './identity-entries.js';

@@ -12,15 +12,7 @@ import { permitted, writableCentre } from './management-refusals.js';
 /** How many keys with values written `list` looks at beyond those rules read: a few HSCAN calls. */
 const LIST_MAX_WRITTEN_KEYS = 100;
 
-/** What a rule counts with. */
-export interface RateLimitRuleLimits {
-  count: number;
-  windowMs: number;
-  algorithm: RateLimitAlgorithmName;
-  mode: RateLimitMode;
-}
-
-/** A config key: the values written for it, and each rule that reads it. */
+/** A config key: the values written for it, and what each rule that reads it counts with. */
 export interface RateLimitLimitEntry {
   configKey: string;
   /** Written live (`set`), or undefined. */
@@ -29,9 +21,9 @@ export interface RateLimitLimitEntry {
     name: string;
     declaredOn: string;
     /** The decorator's (with the module's mode). */
-    declared: RateLimitRuleLimits;
+    declared: { count: number; windowMs: number; algorithm: RateLimitAlgorithmName; mode: RateLimitMode };
     /** In force on this instance now: the config centre's values where valid, else the decorator's. */
-    inForce: RateLimitRuleLimits;
+    inForce: { count: number; windowMs: number; algorithm: RateLimitAlgorithmName; mode: RateLimitMode };
   }[];
 }
 
@@ -168,6 +160,6 @@ export class LimitManagement {
   }
 }
 
-function limitsOf({ count, windowMs, algorithm, mode }: Thresholds): RateLimitRuleLimits {
+function limitsOf({ count, windowMs, algorithm, mode }: Thresholds): RateLimitLimitEntry['rules'][number]['inForce'] {
   return { count, windowMs, algorithm, mode };
 }

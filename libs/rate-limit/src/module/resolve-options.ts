@@ -6,6 +6,7 @@ import { RATE_LIMIT_MODES, RateLimitConfigurationError } from '../rules/rate-lim
 import { RateLimitStore } from '../store/rate-limit-store.js';
 import {
   BLOCK_CACHE_MAX_KEYS,
+  CIRCUIT_BREAKER_SHARE,
   KEY_AUDIT_INTERVAL_MS,
   LOCAL_FALLBACK_BOUND,
   LOG_SAMPLING,
@@ -33,7 +34,7 @@ const FIELDS = {
   metrics: ['registry', 'prefix'],
   memoryStore: ['maxKeys'],
   storeErrors: ['policy', 'timeoutMs', 'circuitBreaker', 'localFallback', 'status'],
-  'storeErrors.circuitBreaker': ['failureRatio', 'minimumCalls', 'windowMs', 'consecutiveFailures', 'halfOpenAfterMs'],
+  'storeErrors.circuitBreaker': ['consecutiveFailures', 'halfOpenAfterMs'],
   'storeErrors.localFallback': ['expectedInstances'],
   failover: ['detectLostWrites', 'marker', 'waitForReplicas'],
   'failover.waitForReplicas': ['replicas', 'timeoutMs'],
@@ -42,13 +43,19 @@ const FIELDS = {
   bans: ['status'],
 } as const;
 
-/** Options of 0.2 that 0.3 fixed as constants (`defaults.ts`): what each now is, so an upgrade is told. */
+/** Options that a version fixed as constants (`defaults.ts`): since when, and what each now is, so an upgrade is told. */
 const REMOVED: Record<string, string> = {
-  'blockCache.maxKeys': `the block cache holds ${BLOCK_CACHE_MAX_KEYS} keys; give blockCache: true or false`,
-  'storeErrors.localFallback.safetyFactor': `the instances together admit at most ${LOCAL_FALLBACK_BOUND}x the limit in a window the fallback decides`,
-  'logging.intervalMs': `rejection lines are sampled per ${LOG_SAMPLING.intervalMs} ms; only 'level' remains`,
-  'logging.maxLinesPerSecond': `at most ${LOG_SAMPLING.maxLinesPerSecond} rejection lines a second; only 'level' remains`,
-  keyAudit: `the background key audit runs every ${KEY_AUDIT_INTERVAL_MS} ms`,
+  'blockCache.maxKeys': `(0.3): the block cache holds ${BLOCK_CACHE_MAX_KEYS} keys; give blockCache: true or false`,
+  'storeErrors.localFallback.safetyFactor': `(0.3): the instances together admit at most ${LOCAL_FALLBACK_BOUND}x the limit in a window the fallback decides`,
+  'logging.intervalMs': `(0.3): rejection lines are sampled per ${LOG_SAMPLING.intervalMs} ms; only 'level' remains`,
+  'logging.maxLinesPerSecond': `(0.3): at most ${LOG_SAMPLING.maxLinesPerSecond} rejection lines a second; only 'level' remains`,
+  keyAudit: `(0.3): the background key audit runs every ${KEY_AUDIT_INTERVAL_MS} ms`,
+  ...Object.fromEntries(
+    Object.keys(CIRCUIT_BREAKER_SHARE).map((name) => [
+      `storeErrors.circuitBreaker.${name}`,
+      `(0.4): the circuit also opens when ${CIRCUIT_BREAKER_SHARE.failureRatio * 100}% of the calls of the last ${CIRCUIT_BREAKER_SHARE.windowMs / 1000} s failed, counting ${CIRCUIT_BREAKER_SHARE.minimumCalls} calls or more; consecutiveFailures and halfOpenAfterMs remain`,
+    ]),
+  ),
 };
 
 /** Where the flat options of 0.1 went, so an upgrade is told instead of silently ignored. */
@@ -85,7 +92,7 @@ export function resolveModuleOptions(
         const path = field ? `${field}.${name}` : name;
         // Own fields only: a field named `toString` is no option either.
         if (field === '' && Object.hasOwn(MOVED, name)) fail(path, `is now '${MOVED[name]}'`);
-        if (Object.hasOwn(REMOVED, path)) fail(path, `is no longer an option (0.3): ${REMOVED[path]}`);
+        if (Object.hasOwn(REMOVED, path)) fail(path, `is no longer an option ${REMOVED[path]}`);
         fail(path, `is no option (known: ${FIELDS[field].join(', ')})`);
       }
     }
@@ -144,15 +151,9 @@ export function resolveModuleOptions(
   if (storeErrors.circuitBreaker !== false) {
     const given = group('storeErrors.circuitBreaker', storeErrors.circuitBreaker);
     const defaults = D.storeErrors.circuitBreaker;
-    const ratio = given.failureRatio ?? defaults.failureRatio;
-    if (typeof ratio !== 'number' || !(ratio > 0 && ratio <= 1)) {
-      fail('storeErrors.circuitBreaker.failureRatio', 'must be a number above 0 and at most 1', ratio);
-    }
     const field = (name: keyof typeof defaults) => `storeErrors.circuitBreaker.${name}`;
     circuitBreaker = {
-      failureRatio: ratio,
-      minimumCalls: positive(field('minimumCalls'), given.minimumCalls, defaults.minimumCalls),
-      windowMs: positive(field('windowMs'), given.windowMs, defaults.windowMs),
+      ...CIRCUIT_BREAKER_SHARE,
       consecutiveFailures: positive(
         field('consecutiveFailures'),
         given.consecutiveFailures,
@@ -210,7 +211,7 @@ export function resolveModuleOptions(
   if (typeof blockCache !== 'boolean') {
     const given: unknown = blockCache;
     if (given !== null && typeof given === 'object' && 'maxKeys' in given) {
-      fail('blockCache.maxKeys', `is no longer an option (0.3): ${REMOVED['blockCache.maxKeys']}`);
+      fail('blockCache.maxKeys', `is no longer an option ${REMOVED['blockCache.maxKeys']}`);
     }
     fail('blockCache', 'must be true or false', given);
   }

@@ -38,8 +38,8 @@ export interface RateLimitHit {
    */
   conditional: boolean;
   /**
-   * A `settleCost` rule's admission: the most it may yet be charged past its cost (`maxCost` less
-   * `cost`). Until settled (a window at most) it counts against the identity's other admissions, so
+   * A `settleCost` rule's admission: the most it may yet be charged past its cost
+   * (`settleCost.max` less `cost`). Until settled (a window at most) it counts against the identity's other admissions, so
    * requests in flight together cannot overdraw the budget by more than one of them. Undefined for
    * other rules. A store of your own may ignore it (and with it the bound).
    */

@@ -1,15 +1,6 @@
 import { IntrinsicException } from '@nestjs/common';
 import { rejectionMessage } from '../http/rate-limit.exception.js';
 
-/** What a rejected GraphQL operation's error carries in `extensions`. */
-export interface RateLimitGraphQLExtensions {
-  code: 'RATE_LIMITED';
-  /** Seconds until the operation can be admitted again. */
-  retryAfter: number;
-  /** The rule that rejected it. */
-  rule: string;
-}
-
 /**
  * Thrown by `RateLimitGuard` when a rule rejects a GraphQL operation. It is no `HttpException`, so
  * the Apollo driver does not turn it into an `INTERNAL_SERVER_ERROR` with status 429; GraphQL puts
@@ -18,7 +9,14 @@ export interface RateLimitGraphQLExtensions {
  */
 export class RateLimitGraphQLError extends IntrinsicException {
   override readonly name = 'RateLimitGraphQLError';
-  readonly extensions: RateLimitGraphQLExtensions;
+  /** What the error carries to the client. */
+  readonly extensions: {
+    code: 'RATE_LIMITED';
+    /** Seconds until the operation can be admitted again. */
+    retryAfter: number;
+    /** The rule that rejected it. */
+    rule: string;
+  };
 
   constructor(retryAfter: number, rule: string, message = rejectionMessage(rule, retryAfter)) {
     super(message);
