@@ -9,15 +9,15 @@ import { ROOT } from '../support/demo-process.js';
  * shows in both figures.
  */
 const ENTRY_NAMES_BUDGETS = {
-  // 0.4: an option's members are no names of their own (`RateLimitOptions['by']`), nor are the
+  // 0.3: an option's members are no names of their own (`RateLimitOptions['by']`), nor are the
   // exceptions' bodies (`getResponse()`); the store-error policy, the algorithms' names and Redis's
   // timeout error and options from the environment moved to the store entry.
   'libs/rate-limit/src/index.ts': 27,
-  // 0.4: RateLimitRuleLimits is part of RateLimitLimitEntry.
+  // 0.3: RateLimitRuleLimits is part of RateLimitLimitEntry.
   'libs/rate-limit/src/live/index.ts': 15,
   // RateLimitKeyAudit: the key audit on demand, which was a member of RedisService.
   'libs/rate-limit/src/ops/index.ts': 9,
-  // 0.4: RateLimitStoreErrorPolicy, RateLimitAlgorithmName, RedisTimeoutError and
+  // 0.3: RateLimitStoreErrorPolicy, RateLimitAlgorithmName, RedisTimeoutError and
   // redisOptionsFromEnv moved here from the main entry; RateLimitCircuitBreakerOptions is part of
   // RateLimitStoreErrorOptions.
   'libs/rate-limit/src/store/index.ts': 28,

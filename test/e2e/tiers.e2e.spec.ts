@@ -89,7 +89,7 @@ describeStoresAndPlatforms('limits per plan (tiers)', (store, platform) => {
     const headers = (await request(app.getHttpServer()).get('/reports').set('Authorization', 'Bearer fay:pro')).headers;
     expect([headers['ratelimit-limit'], headers['ratelimit-remaining']]).toEqual(['4', '3']);
     // Said once, however many requests name it.
-    expect(logs.at('warn', /'tier' returned "gold"/)).toHaveLength(1);
+    expect(logs.at('warn', /'tiers.of' returned "gold"/)).toHaveLength(1);
   });
 
   it('keeps what a customer used when its plan changes in the window', async () => {

@@ -94,7 +94,7 @@ describe('bad rule options fail at bootstrap, naming Controller.method and the f
   const settled = () => 1;
   it.each([
     [{ settleCost: { actual: settled } }, "'settleCost.max' is required"],
-    [{ maxCost: 5 }, "'maxCost' is now 'settleCost.max' (0.4)"],
+    [{ maxCost: 5 }, "'maxCost' is now 'settleCost.max' (0.3)"],
     [{ settleCost: { actual: settled, max: 0 } }, "'settleCost.max' must be a positive whole number or a function"],
     [
       { settleCost: { actual: settled, max: 2 }, cost: 3 },
@@ -112,7 +112,7 @@ describe('bad rule options fail at bootstrap, naming Controller.method and the f
   });
 
   it.each([
-    [{ tiers: { pro: 5 }, tier: () => 'pro' }, "'tier' is now 'tiers.of' (0.4)"],
+    [{ tiers: { pro: 5 }, tier: () => 'pro' }, "'tier' is now 'tiers.of' (0.3)"],
     [{ tiers: { of: () => 'pro', limits: {} } }, "'tiers.limits' must name at least one tier"],
     [{ tiers: { of: () => 'pro', limits: { 'a:b': 5 } } }, "'tiers.limits.a:b' is not a tier name"],
   ])('rejects tiers that cannot work: %j', async (options, problem) => {
@@ -260,9 +260,9 @@ describe('bad module options fail when the module is declared', () => {
     expect(() => RateLimitModule.forRoot({ blockCache: false, logging: { level: 'debug' } })).not.toThrow();
   });
 
-  it('says what an option 0.4 fixed as a constant now is', () => {
+  it('says what an option 0.3 fixed as a constant now is', () => {
     expect(() => RateLimitModule.forRoot({ storeErrors: { circuitBreaker: { minimumCalls: 5 } } } as never)).toThrow(
-      "RateLimitModule options: 'storeErrors.circuitBreaker.minimumCalls' is no longer an option (0.4): the circuit also opens when 30% of the calls of the last 10 s failed, counting 20 calls or more; consecutiveFailures and halfOpenAfterMs remain",
+      "RateLimitModule options: 'storeErrors.circuitBreaker.minimumCalls' is no longer an option (0.3): the circuit also opens when 30% of the calls of the last 10 s failed, counting 20 calls or more; consecutiveFailures and halfOpenAfterMs remain",
     );
     expect(() =>
       RateLimitModule.forRoot({ storeErrors: { circuitBreaker: { consecutiveFailures: 3, halfOpenAfterMs: 500 } } }),

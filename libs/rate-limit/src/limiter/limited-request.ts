@@ -3,7 +3,7 @@ import type { ExecutionContext } from '@nestjs/common';
 /**
  * A request as the limiter sees it: what its transport (the guard, the interceptor) read of it.
  * The limiter reads these members only; `context` it hands, unread, to the app's own functions of
- * a rule (`by`, `cost`, `maxCost`, `tier`, `skipIf`), which take Nest's context.
+ * a rule (`by`, `cost`, `settleCost.max`, `tiers.of`, `skipIf`), which take Nest's context.
  */
 export interface LimitedRequest {
   /** The client's address (a `by: 'ip'` rule's identity, an address ban, an allow list); none when unknown. */

@@ -115,7 +115,7 @@ export class HitPreparation {
   }
 
   /**
-   * @param maxCost a `settleCost` rule's most for this request (its `maxCost`); undefined for other
+   * @param maxCost a `settleCost` rule's most for this request (its `settleCost.max`); undefined for other
    *   rules.
    */
   private prepared(
@@ -179,7 +179,7 @@ export class HitPreparation {
     if (typeof maxCost !== 'function') return maxCost;
     return this.unitsOf(
       rule,
-      'maxCost',
+      'settleCost.max',
       await maxCost(request.context),
       cost,
       'such requests hold only their reservation in flight, and may overdraw the budget together',

@@ -94,7 +94,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
       const fromRequest = resolved.find((rule) => typeof rule.maxCost === 'function');
       if (fromRequest) {
         throw new RateLimitConfigurationError(
-          `RateLimiterService.consume: rule ${fromRequest.name} takes its 'maxCost' from the request (a function), which work outside HTTP has none of; declare it as a number`,
+          `RateLimiterService.consume: rule ${fromRequest.name} takes its 'settleCost.max' from the request (a function), which work outside HTTP has none of; declare it as a number`,
         );
       }
     } catch (error) {
@@ -147,7 +147,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
    * Settles what a request really cost under its rules with `settleCost`: each rule's reservation
    * (its `cost`) against `actual` (a whole number >= 0, or one per rule name). Less is refunded, more
    * charged past the limit if need be (the identity's next requests wait for it), in the call that
-   * ends the request's claim in flight (its `maxCost`): one store call per rule's slot. Call it once
+   * ends the request's claim in flight (its `settleCost.max`): one store call per rule's slot. Call it once
    * per outcome, also when the work failed (with the reservation, to keep it); the claim otherwise
    * holds the identity's budget for a window. `RateLimitInterceptor` does, with each rule's
    * `settleCost` of the handler's result. Never throws; a failed call leaves the reservation

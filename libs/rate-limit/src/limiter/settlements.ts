@@ -67,7 +67,7 @@ export class Settlements {
       } else if (hit.overdraftBound !== undefined && units > hit.cost + hit.overdraftBound) {
         this.warnings.once(
           `maxCost:${rule.declaredOn}:${rule.name}`,
-          `@RateLimit on ${rule.declaredOn}: a request cost ${units}, more than it was held at (its maxCost, or its reservation where that was more: ${hit.cost + hit.overdraftBound}); charged in full, but requests in flight together may overdraw the budget by more than one request's overdraft`,
+          `@RateLimit on ${rule.declaredOn}: a request cost ${units}, more than it was held at (its settleCost.max, or its reservation where that was more: ${hit.cost + hit.overdraftBound}); charged in full, but requests in flight together may overdraw the budget by more than one request's overdraft`,
         );
       }
       const difference = units - hit.cost;

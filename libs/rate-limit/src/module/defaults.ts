@@ -51,7 +51,7 @@ export const METRICS_PREFIX = 'rate_limit_';
  * catches a Redis that fails one call in three or four and so never fails five in a row. The three
  * numbers mean something only together, and what a deployment tunes is how soon a Redis that stops
  * answering is left alone (`consecutiveFailures`, with `timeoutMs`) and how soon it is tried again
- * (`halfOpenAfterMs`): they stay options; these were options until 0.4.
+ * (`halfOpenAfterMs`): they stay options; these were options in earlier 0.3 builds.
  */
 export const CIRCUIT_BREAKER_SHARE = { failureRatio: 0.3, minimumCalls: 20, windowMs: 10_000 } as const;
 

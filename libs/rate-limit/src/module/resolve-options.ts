@@ -53,7 +53,7 @@ const REMOVED: Record<string, string> = {
   ...Object.fromEntries(
     Object.keys(CIRCUIT_BREAKER_SHARE).map((name) => [
       `storeErrors.circuitBreaker.${name}`,
-      `(0.4): the circuit also opens when ${CIRCUIT_BREAKER_SHARE.failureRatio * 100}% of the calls of the last ${CIRCUIT_BREAKER_SHARE.windowMs / 1000} s failed, counting ${CIRCUIT_BREAKER_SHARE.minimumCalls} calls or more; consecutiveFailures and halfOpenAfterMs remain`,
+      `(0.3): the circuit also opens when ${CIRCUIT_BREAKER_SHARE.failureRatio * 100}% of the calls of the last ${CIRCUIT_BREAKER_SHARE.windowMs / 1000} s failed, counting ${CIRCUIT_BREAKER_SHARE.minimumCalls} calls or more; consecutiveFailures and halfOpenAfterMs remain`,
     ]),
   ),
 };

@@ -28,10 +28,10 @@ export type {
 export { RATE_LIMIT_MODES } from './rule-options.js';
 export { RateLimitConfigurationError, type RateLimitRule, ruleOptions } from './compiled-rule.js';
 
-/** Options of 0.3 that 0.4 folded into others: what each is now, so an upgrade is told. */
+/** Options that 0.3.0 folded into others before its release: what each is now, so an upgrade is told. */
 const FOLDED: Readonly<Record<string, string>> = {
-  tier: "is now 'tiers.of' (0.4): tiers: { of: (ctx) => name, limits: { ... } }",
-  maxCost: "is now 'settleCost.max' (0.4): settleCost: { actual: (result) => units, max }",
+  tier: "is now 'tiers.of' (0.3): tiers: { of: (ctx) => name, limits: { ... } }",
+  maxCost: "is now 'settleCost.max' (0.3): settleCost: { actual: (result) => units, max }",
 };
 
 // No ':' (it separates key parts) and no braces (they pick Cluster slots).
@@ -240,7 +240,7 @@ function settledCost(
   if (typeof given === 'function') {
     fail(
       'settleCost',
-      "must be { actual, max } (0.4): the function is 'settleCost.actual', 'maxCost' is 'settleCost.max'",
+      "must be { actual, max } (0.3): the function is 'settleCost.actual', 'maxCost' is 'settleCost.max'",
       given,
     );
   }

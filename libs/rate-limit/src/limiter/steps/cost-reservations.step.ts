@@ -3,6 +3,7 @@ import type { RateLimitRule } from '../../rules/rate-limit-rule.js';
 import type { LimiterStep } from '../limiter-step.js';
 import type { PreparedRule } from '../prepare-hits.js';
 import type { RateLimitOutcome, ReservedUnits } from '../rate-limit-outcome.js';
+import { heldUnits } from './held-units.js';
 
 /**
  * Rules with `settleCost`: an admitted request's reservation (its `cost`) is left in the outcome
@@ -18,13 +19,12 @@ export class CostReservationsStep implements LimiterStep {
     prepared: readonly PreparedRule[],
     consumption: ResilientConsumption | undefined,
   ): void {
-    const receipts = consumption?.receipts;
-    if (!receipts) return;
-    let reserved: ReservedUnits[] | undefined;
-    prepared.forEach(({ rule, hit }, i) => {
-      const receipt = receipts[i];
-      if (rule.settleCost && receipt) (reserved ??= []).push({ rule, refund: { hit, receipt } });
-    });
+    const reserved = heldUnits(
+      prepared,
+      consumption,
+      (rule) => rule.settleCost !== undefined,
+      (rule, refund): ReservedUnits => ({ rule, refund }),
+    );
     if (reserved) outcome.reserved = reserved;
   }
 }

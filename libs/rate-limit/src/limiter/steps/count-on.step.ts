@@ -5,6 +5,7 @@ import type { Consume, LimiterStep } from '../limiter-step.js';
 import type { PreparedRule } from '../prepare-hits.js';
 import type { ConditionalUnits, RateLimitOutcome } from '../rate-limit-outcome.js';
 import { CountOnWaits } from './count-on-waits.js';
+import { heldUnits } from './held-units.js';
 
 /**
  * Rules with `countOn`: a request turned away only by admissions still in flight waits for them
@@ -37,14 +38,12 @@ export class CountOnStep implements LimiterStep {
     prepared: readonly PreparedRule[],
     consumption: ResilientConsumption | undefined,
   ): void {
-    const receipts = consumption?.receipts;
-    if (!receipts) return;
-    let conditional: ConditionalUnits[] | undefined;
-    prepared.forEach(({ rule, hit }, i) => {
-      const receipt = receipts[i];
-      if (rule.countOn !== 'all' && receipt)
-        (conditional ??= []).push({ countOn: rule.countOn, refund: { hit, receipt } });
-    });
+    const conditional = heldUnits(
+      prepared,
+      consumption,
+      (rule) => rule.countOn !== 'all',
+      (rule, refund): ConditionalUnits => ({ countOn: rule.countOn as ConditionalUnits['countOn'], refund }),
+    );
     if (conditional) outcome.conditional = conditional;
   }
 

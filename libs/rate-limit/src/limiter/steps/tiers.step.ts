@@ -6,7 +6,7 @@ import type { PreparedRule } from '../prepare-hits.js';
 import { type Thresholds, Warnings } from '../rule-thresholds.js';
 
 /**
- * Rules with `tiers`: a request is counted under the rule of the tier its `tier` resolver names
+ * Rules with `tiers`: a request is counted under the rule of the tier its `tiers.of` names
  * (its own thresholds and counters), else under the rule's own. Outside HTTP, under the rule's own.
  */
 export class TiersStep implements LimiterStep {
@@ -31,7 +31,7 @@ export class TiersStep implements LimiterStep {
     return inForce.mode === 'off' ? null : next(counted, inForce);
   }
 
-  /** The rule of the tier a request is counted under: its `tier` resolver's, else the rule's own. */
+  /** The rule of the tier a request is counted under: its `tiers.of`'s, else the rule's own. */
   private async tierOf(rule: RateLimitRule, request: LimitedRequest): Promise<RateLimitRule> {
     const name: unknown = await rule.tier!(request.context);
     if (name === undefined || name === null || name === '') return rule;
@@ -39,7 +39,7 @@ export class TiersStep implements LimiterStep {
     if (tier) return tier;
     this.warnings.once(
       `tier:${rule.declaredOn}:${rule.name}:${String(name).slice(0, 40)}`,
-      `@RateLimit on ${rule.declaredOn}: 'tier' returned ${describeValue(name, 40)}, which is not one of its tiers (${[...rule.tiers!.keys()].join(', ')}); such requests get the rule's own count (${rule.count} per ${rule.windowMs} ms)`,
+      `@RateLimit on ${rule.declaredOn}: 'tiers.of' returned ${describeValue(name, 40)}, which is not one of its tiers (${[...rule.tiers!.keys()].join(', ')}); such requests get the rule's own count (${rule.count} per ${rule.windowMs} ms)`,
     );
     return rule;
   }
