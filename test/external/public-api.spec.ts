@@ -39,6 +39,7 @@ const ENTRIES: Record<string, { declarations: string; names: string[] }> = {
       'RateLimitDefaultRule',
       'RateLimitException',
       'RateLimitExceptionBody',
+      'RateLimitExtension',
       'RateLimitGraphQLError',
       'RateLimitGraphQLExtensions',
       'RateLimitGuard',
@@ -92,6 +93,7 @@ const ENTRIES: Record<string, { declarations: string; names: string[] }> = {
       'RateLimitRuleLimits',
       'RateLimitStoreUnavailableError',
       'RedisConfigCentre',
+      'rateLimitManagement',
     ],
   },
   'nest-rate-limit/ops': {
@@ -106,6 +108,9 @@ const ENTRIES: Record<string, { declarations: string; names: string[] }> = {
       'RateLimitLoggingOptions',
       'RedisMemoryState',
       'SampledLogLevel',
+      'rateLimitHealth',
+      'rateLimitKeyAudit',
+      'rateLimitMetrics',
     ],
   },
   'nest-rate-limit/store': {

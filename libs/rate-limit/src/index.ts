@@ -1,12 +1,14 @@
 // The front door: what an app needs to limit its routes and its jobs. Thresholds changed at run
 // time are in 'nest-rate-limit/live'; metrics, health, the key audit, the breaker's state and the
-// logging options in 'nest-rate-limit/ops'; the contract for a store of your own, the key layout,
-// the Redis connection, its options and its failure and failover options in 'nest-rate-limit/store'.
+// logging options in 'nest-rate-limit/ops' (the wings, added as `extensions`); the contract for a
+// store of your own, the key layout, the Redis connection, its options and its failure and failover
+// options in 'nest-rate-limit/store'.
 // A type a signature here mentions is exported here or by one of those; the rest is internal.
 
 // Module and its options (the option groups' own types: see the entries above).
 export { RateLimitModule } from './module/rate-limit.module.js';
 export type { RateLimitModuleOptions, RateLimitModuleExtras, RateLimitModuleAsyncOptions } from './module/options.js';
+export type { RateLimitExtension } from './module/extension.js';
 export { RATE_LIMIT_DEFAULTS } from './module/defaults.js';
 export type { RateLimitHeaderStyle } from './limiter/rate-limit-outcome.js';
 export type { RateLimitStoreErrorPolicy } from './resilience/store-error-policy.js';

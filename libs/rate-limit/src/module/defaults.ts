@@ -43,13 +43,9 @@ export const RATE_LIMIT_DEFAULTS = {
   headers: 'draft-6',
   mode: 'enforce',
   liveConfig: { refreshMs: 5_000 },
-  metrics: false,
   logging: { level: 'warn' },
   ipv6PrefixBits: 64,
 } as const satisfies RateLimitModuleOptions;
-
-/** The prefix of every metric name, unless `metrics.prefix` says otherwise. */
-export const METRICS_PREFIX = 'rate_limit_';
 
 /** What `failover.waitForReplicas` waits for when it is given without them (it is off by default). */
 export const REPLICA_WAIT_DEFAULTS = { replicas: 1, timeoutMs: 50 } as const;

@@ -8,6 +8,7 @@ import type { RateLimitStore } from '../store/rate-limit-store.js';
 import type { RateLimitMode, RateLimitSkipIf } from '../rules/rate-limit-rule.js';
 import type { AllowList, RateLimitAllowList } from '../rules/allow-list.js';
 import type { RateLimitDefaultRule } from '../rules/default-rules.js';
+import type { RateLimitExtension } from './extension.js';
 
 /**
  * How to reach Redis:
@@ -170,12 +171,6 @@ export interface RateLimitModuleOptions {
   // Inputs.
   /** Where run-time thresholds come from. Default: `@nestjs/config`'s `ConfigService` (see `NestConfigCentre`). */
   configCentre?: Type<RateLimitConfigCentre> | RateLimitConfigCentre;
-  /**
-   * Prometheus metrics through `prom-client` (install it): `true` for its default registry (the
-   * one `@willsoto/nestjs-prometheus` serves), or `{ registry, prefix }` for the app's own
-   * registry and a name prefix other than `'rate_limit_'`. Default false: none, at no cost.
-   */
-  metrics?: boolean | { registry?: object; prefix?: string };
   /** `RedisConfigCentre`: besides its pub/sub news, it reads every value again this often, in ms. Default 5,000. */
   liveConfig?: { refreshMs?: number };
   /**
@@ -212,6 +207,14 @@ export interface RateLimitModuleExtras {
    * @example defaults: [{ count: 100, window: '1m' }]   // 100 per minute per client IP, on every route
    */
   defaults?: readonly RateLimitDefaultRule[];
+  /**
+   * Parts added to the module, each from the entry that ships it (`RateLimitExtension`): live
+   * limits' management from `nest-rate-limit/live`, metrics, health and the key audit from
+   * `nest-rate-limit/ops`. Default none: the module makes none of them.
+   *
+   * @example extensions: [rateLimitManagement(), rateLimitMetrics(), rateLimitHealth()]
+   */
+  extensions?: readonly RateLimitExtension[];
 }
 
 /** `forRootAsync`'s options: `useFactory` (with `inject`, `imports`), `useClass` or `useExisting`, and the extras. */
@@ -226,6 +229,10 @@ export type RateLimitModuleAsyncOptions = ConfigurableModuleAsyncOptions<RateLim
 export interface ResolvedRateLimitOptions {
   /** `redis` as given, once checked: how `RedisService` connects. */
   redis: RateLimitRedisOptions | undefined;
+  /** `store` as given: the module's store is made from it. */
+  store: RateLimitModuleOptions['store'];
+  /** `configCentre` as given: the module's config centre is made from it. */
+  configCentre: RateLimitModuleOptions['configCentre'];
   keyPrefix: string;
   memoryStore: { maxKeys: number };
   blockCache: { maxKeys: number } | false;
@@ -247,7 +254,6 @@ export interface ResolvedRateLimitOptions {
   logging: { intervalMs: number; maxLinesPerSecond: number; level: SampledLogLevel } | false;
   mode: RateLimitMode;
   liveConfig: { refreshMs: number };
-  metrics: { registry: object | undefined; prefix: string } | false;
   keyAudit: { intervalMs: number };
   ipv6PrefixBits: number;
   clock: (() => number) | undefined;

@@ -1,20 +1,49 @@
-import { type DynamicModule, Logger, Module, type Provider } from '@nestjs/common';
-import { APP_GUARD, APP_INTERCEPTOR, DiscoveryModule, ModuleRef } from '@nestjs/core';
-import { APP_CONFIG_SERVICE, appConfigService } from '../live/app-config.js';
-import { NestConfigCentre } from '../live/nest-config-centre.js';
-import { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
-import { RateLimitManagementService } from '../live/rate-limit-management.service.js';
-import { RateLimitKeyAudit } from '../ops/rate-limit-key-audit.js';
-import { RedisConfigCentre } from '../live/redis-config-centre.js';
-import { RateLimitHealthIndicator } from '../ops/rate-limit-health.indicator.js';
-import { RATE_LIMIT_METRICS } from '../limiter/decision-observer.js';
-import { RateLimitMetrics } from '../ops/rate-limit-metrics.js';
-import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
-import type { Registry } from 'prom-client';
+import {
+  type DynamicModule,
+  type InjectionToken,
+  Logger,
+  Module,
+  type OnModuleInit,
+  type Provider,
+} from '@nestjs/common';
+import {
+  APP_GUARD,
+  APP_INTERCEPTOR,
+  DiscoveryModule,
+  DiscoveryService,
+  MetadataScanner,
+  ModuleRef,
+  Reflector,
+} from '@nestjs/core';
 import type { ConfigService } from '@nestjs/config';
+import { APP_CONFIG_SERVICE, appConfigService } from '../limiter/app-config.js';
+import { DECISION_OBSERVER, type DecisionObserver } from '../limiter/decision-observer.js';
+import type { StepEntry } from '../limiter/limiter-step.js';
+import { LimiterSteps } from '../limiter/limiter-steps.js';
+import { NestConfigCentre } from '../limiter/nest-config-centre.js';
+import { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
+import { RateLimiterService } from '../limiter/rate-limiter.service.js';
+import type { StoreProblemLog } from '../logging/store-problem-log.js';
 import { RateLimitGuard } from '../http/rate-limit.guard.js';
 import { RateLimitInterceptor } from '../http/rate-limit.interceptor.js';
 import { interceptorProvider } from '../http/interceptor-placement.js';
+import { RedisRateLimitStore } from '../redis/redis-rate-limit.store.js';
+import { RedisService } from '../redis/redis.service.js';
+import { BlockCacheStore, BlockedKeys } from '../resilience/block-cache.store.js';
+import type { DecidingStore } from '../resilience/deciding-store.js';
+import { ResilientStore } from '../resilience/resilient-store.js';
+import { DeclaredRulesCheck } from '../rules/declared-rules-check.js';
+import {
+  DEFAULT_RULES,
+  type DefaultRule,
+  defaultsNeedInterceptor,
+  validateDefaultRules,
+} from '../rules/default-rules.js';
+import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
+import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
+import { RateLimitStore } from '../store/rate-limit-store.js';
+import type { RateLimitExtension } from './extension.js';
+import { limiterSteps } from './limiter-steps.js';
 import { RATE_LIMIT_OPTIONS, RateLimitConfigurableModule } from './module-definition.js';
 import {
   RESOLVED_RATE_LIMIT_OPTIONS,
@@ -23,33 +52,8 @@ import {
   type RateLimitModuleOptions,
   type ResolvedRateLimitOptions,
 } from './options.js';
-import { RateLimiterService } from '../limiter/rate-limiter.service.js';
-import { StoreProblemLog } from '../logging/store-problem-log.js';
-import { RedisRateLimitStore } from '../redis/redis-rate-limit.store.js';
-import { RedisService } from '../redis/redis.service.js';
-import { BlockCacheStore, BlockedKeys } from '../resilience/block-cache.store.js';
-import { DecidingStore } from '../resilience/deciding-store.js';
-import { ResilientStore } from '../resilience/resilient-store.js';
-import { DeclaredRulesCheck } from '../rules/declared-rules-check.js';
-import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
-import {
-  DEFAULT_RULES,
-  type DefaultRule,
-  defaultsNeedInterceptor,
-  validateDefaultRules,
-} from '../rules/default-rules.js';
-import { RateLimitStore } from '../store/rate-limit-store.js';
 import { resolveModuleOptions } from './resolve-options.js';
-import { lostWriteCheckSwitchProvider, redisConnectionProvider, storeProvider } from './store-providers.js';
-import { LOG_SAMPLING } from './defaults.js';
-import { limiterStepsProvider } from './limiter-steps.js';
-
-const resolvedOptionsProvider: Provider = {
-  provide: RESOLVED_RATE_LIMIT_OPTIONS,
-  inject: [RATE_LIMIT_OPTIONS],
-  // What `forRoot` was given was checked when it was called; here it is what a factory returned.
-  useFactory: (options: RateLimitModuleOptions) => resolveModuleOptions(options, true),
-};
+import { redisServiceProvider, storeProblemLog, storeProvider } from './store-providers.js';
 
 /** The app's `ConfigService`, when `@nestjs/config` is installed and this module sees one. */
 const appConfigProvider: Provider = {
@@ -58,82 +62,95 @@ const appConfigProvider: Provider = {
   useFactory: appConfigService,
 };
 
-const problemLogProvider: Provider = {
-  provide: StoreProblemLog,
-  useFactory: () => new StoreProblemLog(LOG_SAMPLING.intervalMs),
-};
-
 /**
  * The store as the limiter uses it, from the layers the options ask for (`resilience/`): the
  * `storeErrors` policies and the local fallback around the store; and the block cache on them,
  * for a shared store that tells every instance of lowered counts.
  */
-const decidingStoreProvider: Provider = {
-  provide: DecidingStore,
-  inject: [RateLimitStore, StoreProblemLog, RESOLVED_RATE_LIMIT_OPTIONS, RATE_LIMIT_METRICS, RedisService],
-  useFactory: (
-    store: RateLimitStore,
-    problems: StoreProblemLog,
-    { storeErrors, memoryStore, blockCache, clock }: ResolvedRateLimitOptions,
-    metrics: RateLimitMetrics | null,
-    redis: RedisService,
-  ): DecidingStore => {
-    const observer = metrics ?? undefined;
-    let blocked: BlockedKeys | undefined;
-    const resilient = new ResilientStore(store, problems, {
-      policy: storeErrors.policy,
-      localFallback: {
-        ...storeErrors.localFallback,
-        maxKeys: memoryStore.maxKeys,
-        instances: store instanceof RedisRateLimitStore ? () => redis.news.instances : undefined,
-        storeSeemsDown: store instanceof RedisRateLimitStore ? () => redis.runner.seemsDown : undefined,
-        // Units Redis counted for requests refused here, which this instance may admit with.
-        banked: (key) => blocked?.forget([key]),
-      },
-      observer,
-    });
-    // Keys reset or refunded anywhere are forgotten by the fallback too; and listening is how the
-    // instances are counted.
-    store.watchLiftedKeys({ lifted: (keys) => resilient.forget(keys), listening: () => undefined });
-    if (!store.shared || !blockCache) return resilient;
-    const blockedKeys = new BlockedKeys(blockCache.maxKeys);
-    blocked = blockedKeys;
-    const watching = store.watchLiftedKeys({
-      lifted: (keys) => blockedKeys.forget(keys),
-      listening: (on) => blockedKeys.listening(on),
-    });
-    return watching ? new BlockCacheStore(resilient, blockedKeys, clock, observer) : resilient;
-  },
-};
+function decidingStore(
+  store: RateLimitStore,
+  problems: StoreProblemLog,
+  { storeErrors, memoryStore, blockCache, clock }: ResolvedRateLimitOptions,
+  observer: DecisionObserver | undefined,
+  redis: RedisService,
+): DecidingStore {
+  let blocked: BlockedKeys | undefined;
+  const resilient = new ResilientStore(store, problems, {
+    policy: storeErrors.policy,
+    localFallback: {
+      ...storeErrors.localFallback,
+      maxKeys: memoryStore.maxKeys,
+      instances: store instanceof RedisRateLimitStore ? () => redis.news.instances : undefined,
+      storeSeemsDown: store instanceof RedisRateLimitStore ? () => redis.runner.seemsDown : undefined,
+      // Units Redis counted for requests refused here, which this instance may admit with.
+      banked: (key) => blocked?.forget([key]),
+    },
+    observer,
+  });
+  // Keys reset or refunded anywhere are forgotten by the fallback too; and listening is how the
+  // instances are counted.
+  store.watchLiftedKeys({ lifted: (keys) => resilient.forget(keys), listening: () => undefined });
+  if (!store.shared || !blockCache) return resilient;
+  const blockedKeys = new BlockedKeys(blockCache.maxKeys);
+  blocked = blockedKeys;
+  const watching = store.watchLiftedKeys({
+    lifted: (keys) => blockedKeys.forget(keys),
+    listening: (on) => blockedKeys.listening(on),
+  });
+  return watching ? new BlockCacheStore(resilient, blockedKeys, clock, observer) : resilient;
+}
 
-/** Prometheus metrics when `metrics` asks for them; `prom-client` is loaded only then. */
-const metricsProvider: Provider = {
-  provide: RATE_LIMIT_METRICS,
-  inject: [RESOLVED_RATE_LIMIT_OPTIONS, RedisService, RateLimitConfigCentre, RateLimitKeyAudit, RateLimitRuleRegistry],
-  useFactory: async (
-    { metrics }: ResolvedRateLimitOptions,
-    redis: RedisService,
-    centre: RateLimitConfigCentre,
-    audit: RateLimitKeyAudit,
-    rules: RateLimitRuleRegistry,
-  ): Promise<RateLimitMetrics | null> => {
-    if (!metrics) return null;
-    let client: typeof import('prom-client');
-    try {
-      client = await import('prom-client');
-    } catch {
-      throw new RateLimitConfigurationError(
-        "RateLimitModule options: 'metrics' needs the package prom-client: npm install prom-client",
-      );
-    }
-    const registry = (metrics.registry as Registry | undefined) ?? client.register;
-    return new RateLimitMetrics(client, registry, metrics.prefix, {
-      circuitState: () => (redis.isConfigured ? redis.runner.circuitState : undefined),
-      liveConfig: () => (centre instanceof RedisConfigCentre ? centre.state : undefined),
-      keysWithoutTtl: () => audit.keysWithoutTtl,
-      ruleNames: () => rules.all().map((rule) => rule.name),
-      nearLimitRuleNames: () => rules.all().flatMap((rule) => (rule.nearLimit === undefined ? [] : [rule.name])),
-    });
+/**
+ * The limiter, with what it alone uses made here: the store stack it decides with (`decidingStore`)
+ * and its steps (`limiterSteps`), the extensions' last. The observer is an extension's
+ * (`DECISION_OBSERVER`), or none.
+ */
+function limiterProvider(extensionSteps: readonly InjectionToken[]): Provider {
+  return {
+    provide: RateLimiterService,
+    inject: [
+      RESOLVED_RATE_LIMIT_OPTIONS,
+      RateLimitStore,
+      RedisService,
+      RateLimitRuleRegistry,
+      RateLimitConfigCentre,
+      { token: DECISION_OBSERVER, optional: true },
+      ...extensionSteps,
+    ],
+    useFactory: (
+      options: ResolvedRateLimitOptions,
+      store: RateLimitStore,
+      redis: RedisService,
+      registry: RateLimitRuleRegistry,
+      centre: RateLimitConfigCentre,
+      observer: DecisionObserver | undefined,
+      ...steps: StepEntry[]
+    ): RateLimiterService => {
+      const problems = storeProblemLog(redis);
+      const deciding = decidingStore(store, problems, options, observer ?? undefined, redis);
+      const composed = new LimiterSteps(limiterSteps(options, deciding, store, steps));
+      return new RateLimiterService(options, deciding, problems, registry, centre, composed);
+    },
+  };
+}
+
+/**
+ * The rule registry, which checks every `@RateLimit` of the app and compiles it into itself once
+ * the app's modules are initialised (`DeclaredRulesCheck`, which reads providers' instances, made
+ * by then): a bad rule stops the app before it serves. Nest runs the hooks of what a factory returns.
+ */
+const ruleRegistryProvider: Provider = {
+  provide: RateLimitRuleRegistry,
+  inject: [Reflector, DiscoveryService, MetadataScanner, { token: DEFAULT_RULES, optional: true }],
+  useFactory: (
+    reflector: Reflector,
+    discovery: DiscoveryService,
+    scanner: MetadataScanner,
+    defaults: readonly DefaultRule[] | undefined,
+  ): RateLimitRuleRegistry & OnModuleInit => {
+    const registry = new RateLimitRuleRegistry(reflector, defaults ?? null);
+    const check = new DeclaredRulesCheck(discovery, scanner, reflector, registry);
+    return Object.assign(registry, { onModuleInit: () => check.onModuleInit() });
   },
 };
 
@@ -149,14 +166,13 @@ const configCentreProvider: Provider = {
   provide: RateLimitConfigCentre,
   // RedisService too, though only a created centre uses it: so Nest starts the connection before
   // the centre (lifecycle hooks run in the order of dependencies), and stops it after.
-  inject: [RATE_LIMIT_OPTIONS, ModuleRef, RedisService, APP_CONFIG_SERVICE],
+  inject: [RESOLVED_RATE_LIMIT_OPTIONS, ModuleRef, RedisService, APP_CONFIG_SERVICE],
   useFactory: async (
-    options: RateLimitModuleOptions,
+    { configCentre }: ResolvedRateLimitOptions,
     moduleRef: ModuleRef,
     _redis: RedisService,
     config: ConfigService | null,
   ): Promise<RateLimitConfigCentre> => {
-    const { configCentre } = options;
     if (configCentre instanceof RateLimitConfigCentre) return configCentre;
     if (typeof configCentre === 'function') return moduleRef.create(configCentre);
     if (!config) {
@@ -171,28 +187,17 @@ const configCentreProvider: Provider = {
 /**
  * Distributed rate limiting: `imports: [RateLimitModule.forRoot({ redis: process.env.REDIS_URL })]`,
  * then `@RateLimit()` on controllers or handlers. Without `redis`, counters live in this process.
+ * Live limits' management, metrics, health and the key audit are `extensions`, each added by the
+ * app that wants it from `nest-rate-limit/live` or `nest-rate-limit/ops`.
  */
 @Module({
   imports: [DiscoveryModule],
   providers: [
-    resolvedOptionsProvider,
-    redisConnectionProvider,
     appConfigProvider,
-    RedisService,
-    problemLogProvider,
+    redisServiceProvider,
     storeProvider,
-    lostWriteCheckSwitchProvider,
-    decidingStoreProvider,
-    limiterStepsProvider,
     configCentreProvider,
-    RateLimitKeyAudit,
-    metricsProvider,
-    RateLimitHealthIndicator,
-    RateLimitRuleRegistry,
-    // Every @RateLimit of the app checked at bootstrap, and compiled into the registry.
-    DeclaredRulesCheck,
-    RateLimiterService,
-    RateLimitManagementService,
+    ruleRegistryProvider,
     RateLimitGuard,
     interceptorProvider,
   ],
@@ -206,9 +211,6 @@ const configCentreProvider: Provider = {
     RateLimitConfigCentre,
     RateLimitRuleRegistry,
     RateLimiterService,
-    RateLimitManagementService,
-    RateLimitHealthIndicator,
-    RateLimitKeyAudit,
     RateLimitGuard,
     RateLimitInterceptor,
   ],
@@ -216,33 +218,80 @@ const configCentreProvider: Provider = {
 export class RateLimitModule {
   /** Options validated here, at import time: a bad value stops the app naming the field. */
   static forRoot(options: RateLimitModuleOptions & RateLimitModuleExtras = {}): DynamicModule {
-    resolveModuleOptions(options);
-    const defaults = validateDefaultRules(options.defaults);
-    return ownModule(RateLimitConfigurableModule.forRoot(options), options.globalGuard ?? true, defaults);
+    const resolved = resolveModuleOptions(options);
+    return ownModule(RateLimitConfigurableModule.forRoot(options), options, resolved);
   }
 
   /**
    * Options from a factory (`useFactory` with `inject`), `useClass` or `useExisting`; validated when
-   * it resolves. `defaults`, `isGlobal` and `globalGuard` are given here, beside the factory.
+   * it resolves. `defaults`, `extensions`, `isGlobal` and `globalGuard` are given here, beside the factory.
    */
   static forRootAsync(options: RateLimitModuleAsyncOptions): DynamicModule {
-    const defaults = validateDefaultRules(options.defaults);
-    return ownModule(RateLimitConfigurableModule.forRootAsync(options), options.globalGuard ?? true, defaults);
+    return ownModule(RateLimitConfigurableModule.forRootAsync(options), options, undefined);
   }
 }
 
 /**
  * The builder's module, as this module (its providers), with the guard for every route when asked,
- * the `defaults` when given, and the interceptor for every route only when a default needs it (it
- * reads the request after the app's guards, or has `countOn`): other apps' routes never run it.
+ * the `defaults` when given, the interceptor for every route only when a default needs it (it
+ * reads the request after the app's guards, or has `countOn`): other apps' routes never run it;
+ * and the extensions' providers. The options as given are provided resolved, under one token.
+ * @param resolved `forRoot`'s options, resolved when it was called; `forRootAsync`'s are resolved
+ *   when its factory returns.
  */
-function ownModule(built: DynamicModule, globalGuard: boolean, defaults: readonly DefaultRule[]): DynamicModule {
-  const providers = [...(built.providers ?? [])];
-  if (globalGuard) providers.push({ provide: APP_GUARD, useExisting: RateLimitGuard });
+function ownModule(
+  built: DynamicModule,
+  extras: RateLimitModuleExtras,
+  resolved: ResolvedRateLimitOptions | undefined,
+): DynamicModule {
+  const defaults = validateDefaultRules(extras.defaults);
+  const extensions = checkExtensions(extras.extensions);
+  const providers = (built.providers ?? []).map((provider) => resolvedOptions(provider, resolved));
+  const exports: NonNullable<DynamicModule['exports']> = [...(built.exports ?? [])];
+  const steps: InjectionToken[] = [];
+  for (const extension of extensions) {
+    providers.push(...extension.providers);
+    exports.push(...(extension.exports ?? []));
+    steps.push(...(extension.steps ?? []));
+  }
+  providers.push(limiterProvider(steps));
+  if (extras.globalGuard ?? true) providers.push({ provide: APP_GUARD, useExisting: RateLimitGuard });
   if (defaults.length > 0) {
     providers.push({ provide: DEFAULT_RULES, useValue: defaults });
     if (defaultsNeedInterceptor(defaults))
       providers.push({ provide: APP_INTERCEPTOR, useExisting: RateLimitInterceptor });
   }
-  return { ...built, module: RateLimitModule, providers };
+  return { ...built, module: RateLimitModule, providers, exports };
+}
+
+/** The builder's provider of the options as given, as the provider of the options resolved; others as they are. */
+function resolvedOptions(provider: Provider, resolved: ResolvedRateLimitOptions | undefined): Provider {
+  if (typeof provider !== 'object' || provider.provide !== RATE_LIMIT_OPTIONS) return provider;
+  if (resolved) return { provide: RESOLVED_RATE_LIMIT_OPTIONS, useValue: resolved };
+  if (!('useFactory' in provider)) throw new Error('RateLimitModule: the options provider has no factory');
+  const { useFactory, inject } = provider;
+  return {
+    provide: RESOLVED_RATE_LIMIT_OPTIONS,
+    inject,
+    // What `forRoot` was given was checked when it was called; here it is what a factory returned.
+    useFactory: async (...args: unknown[]) =>
+      resolveModuleOptions((await useFactory(...args)) as RateLimitModuleOptions, true),
+  };
+}
+
+/** `extensions`, checked: each made by an extension function (`rateLimitMetrics()`, say). */
+function checkExtensions(given: unknown): readonly RateLimitExtension[] {
+  if (given === undefined) return [];
+  const made = (extension: unknown) =>
+    typeof extension === 'object' &&
+    extension !== null &&
+    Array.isArray((extension as Partial<RateLimitExtension>).providers);
+  if (!Array.isArray(given) || !given.every(made)) {
+    throw new RateLimitConfigurationError(
+      "RateLimitModule options: 'extensions' must be a list of what the extension functions return " +
+        "(rateLimitManagement() from 'nest-rate-limit/live'; rateLimitMetrics(), rateLimitHealth(), " +
+        "rateLimitKeyAudit() from 'nest-rate-limit/ops')",
+    );
+  }
+  return given as readonly RateLimitExtension[];
 }

@@ -9,7 +9,6 @@ import {
   KEY_AUDIT_INTERVAL_MS,
   LOCAL_FALLBACK_BOUND,
   LOG_SAMPLING,
-  METRICS_PREFIX,
   RATE_LIMIT_DEFAULTS as D,
   REPLICA_WAIT_DEFAULTS,
 } from './defaults.js';
@@ -26,11 +25,10 @@ const FIELDS = {
   // prettier-ignore
   '': [
     'redis', 'store', 'memoryStore', 'blockCache', 'keyPrefix', 'storeErrors', 'failover', 'countOn',
-    'headers', 'logging', 'configCentre', 'liveConfig', 'mode', 'metrics', 'ipv6PrefixBits', 'clock',
-    'allow', 'skipIf', 'onNearLimit', 'bans', 'isGlobal', 'globalGuard', 'defaults',
+    'headers', 'logging', 'configCentre', 'liveConfig', 'mode', 'ipv6PrefixBits', 'clock',
+    'allow', 'skipIf', 'onNearLimit', 'bans', 'isGlobal', 'globalGuard', 'defaults', 'extensions',
   ],
   liveConfig: ['refreshMs'],
-  metrics: ['registry', 'prefix'],
   memoryStore: ['maxKeys'],
   storeErrors: ['policy', 'timeoutMs', 'circuitBreaker', 'localFallback', 'status'],
   'storeErrors.circuitBreaker': ['failureRatio', 'minimumCalls', 'windowMs', 'consecutiveFailures', 'halfOpenAfterMs'],
@@ -49,6 +47,11 @@ const REMOVED: Record<string, string> = {
   'logging.intervalMs': `rejection lines are sampled per ${LOG_SAMPLING.intervalMs} ms; only 'level' remains`,
   'logging.maxLinesPerSecond': `at most ${LOG_SAMPLING.maxLinesPerSecond} rejection lines a second; only 'level' remains`,
   keyAudit: `the background key audit runs every ${KEY_AUDIT_INTERVAL_MS} ms`,
+};
+
+/** Options of 0.3 that became extensions (0.4), made only for an app that adds them. */
+const EXTENSIONS: Record<string, string> = {
+  metrics: "rateLimitMetrics({ registry, prefix }) from 'nest-rate-limit/ops'",
 };
 
 /** Where the flat options of 0.1 went, so an upgrade is told instead of silently ignored. */
@@ -85,6 +88,9 @@ export function resolveModuleOptions(
         const path = field ? `${field}.${name}` : name;
         // Own fields only: a field named `toString` is no option either.
         if (field === '' && Object.hasOwn(MOVED, name)) fail(path, `is now '${MOVED[name]}'`);
+        if (field === '' && Object.hasOwn(EXTENSIONS, name)) {
+          fail(path, `is now an extension: extensions: [${EXTENSIONS[name]}]`);
+        }
         if (Object.hasOwn(REMOVED, path)) fail(path, `is no longer an option (0.3): ${REMOVED[path]}`);
         fail(path, `is no option (known: ${FIELDS[field].join(', ')})`);
       }
@@ -192,19 +198,6 @@ export function resolveModuleOptions(
   }
 
   const liveConfig = group('liveConfig', options.liveConfig);
-  let metrics: ResolvedRateLimitOptions['metrics'] = false;
-  if (options.metrics !== undefined && options.metrics !== false) {
-    const given = options.metrics === true ? {} : group('metrics', options.metrics);
-    const prefix = given.prefix ?? METRICS_PREFIX;
-    if (typeof prefix !== 'string' || !/^[a-zA-Z_:][a-zA-Z0-9_:]*$/.test(prefix)) {
-      fail('metrics.prefix', 'must be the start of a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)', prefix);
-    }
-    const { registry } = given;
-    if (registry !== undefined && (registry === null || typeof registry !== 'object')) {
-      fail('metrics.registry', 'must be a prom-client Registry', registry);
-    }
-    metrics = { registry, prefix };
-  }
   const memoryStore = group('memoryStore', options.memoryStore);
   const { blockCache = D.blockCache } = options;
   if (typeof blockCache !== 'boolean') {
@@ -243,6 +236,8 @@ export function resolveModuleOptions(
 
   return {
     redis,
+    store,
+    configCentre,
     keyPrefix,
     memoryStore: { maxKeys: positive('memoryStore.maxKeys', memoryStore.maxKeys, D.memoryStore.maxKeys) },
     blockCache: blockCache && { maxKeys: BLOCK_CACHE_MAX_KEYS },
@@ -264,7 +259,6 @@ export function resolveModuleOptions(
     headers: oneOf('headers', options.headers, HEADER_STYLES, D.headers),
     mode: oneOf('mode', options.mode, RATE_LIMIT_MODES, D.mode),
     liveConfig: { refreshMs: period('liveConfig.refreshMs', liveConfig.refreshMs, D.liveConfig.refreshMs) },
-    metrics,
     keyAudit: { intervalMs: KEY_AUDIT_INTERVAL_MS },
     logging,
     ipv6PrefixBits,

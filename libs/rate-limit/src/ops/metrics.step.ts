@@ -1,6 +1,6 @@
-import type { DecisionObserver } from '../decision-observer.js';
-import type { LimiterStep } from '../limiter-step.js';
-import type { RateLimitOutcome } from '../rate-limit-outcome.js';
+import type { DecisionObserver } from '../limiter/decision-observer.js';
+import type { LimiterStep } from '../limiter/limiter-step.js';
+import type { RateLimitOutcome } from '../limiter/rate-limit-outcome.js';
 
 /** The module's `metrics`: every decision counted, after every other step has had its say (`nearLimit`). */
 export class MetricsStep implements LimiterStep {
