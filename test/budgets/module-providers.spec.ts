@@ -1,7 +1,7 @@
-import type { InjectionToken } from '@nestjs/common';
+import { type InjectionToken, Injectable } from '@nestjs/common';
 import { ApplicationConfig, ModuleRef, ModulesContainer } from '@nestjs/core';
 import { Test, type TestingModule } from '@nestjs/testing';
-import { RateLimitModule, RateLimiterService } from 'nest-rate-limit';
+import { RateLimitModule, type RateLimitModuleOptions, RateLimiterService } from 'nest-rate-limit';
 import { MemoryConfigCentre, RateLimitManagementService, rateLimitManagement } from 'nest-rate-limit/live';
 import {
   RateLimitHealthIndicator,
@@ -10,7 +10,7 @@ import {
   rateLimitKeyAudit,
   rateLimitMetrics,
 } from 'nest-rate-limit/ops';
-import { Registry } from 'prom-client';
+import { Registry, register } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { uniquePrefix } from '../support/test-app.js';
@@ -84,7 +84,6 @@ describe('the wings are optional', () => {
   afterAll(() => server?.stop());
 
   it('forRoot({ redis }) makes no management, metrics, health or key audit', async () => {
-    const registry = new Registry();
     const moduleRef = await Test.createTestingModule({
       imports: [RateLimitModule.forRoot({ redis: server.url })],
     }).compile();
@@ -94,9 +93,9 @@ describe('the wings are optional', () => {
         expect(() => moduleRef.get(wing, { strict: false }), wing.name).toThrow();
         expect(instances(moduleRef).filter((instance) => instance instanceof wing)).toEqual([]);
       }
-      // No metric registered anywhere, and a decision counted in none.
+      // No metric registered, in prom-client's default registry or elsewhere: a decision is counted nowhere.
       await moduleRef.get(RateLimiterService).consume({ name: 'jobs', count: 5, window: '1m' }, 'worker-1');
-      expect(await registry.getMetricsAsJSON()).toEqual([]);
+      expect(register.getSingleMetric('rate_limit_decisions_total')).toBeUndefined();
       expect(instances(moduleRef).some((instance) => instance?.constructor?.name === 'RateLimitMetrics')).toBe(false);
     } finally {
       await moduleRef.close();
@@ -128,6 +127,26 @@ describe('the wings are optional', () => {
       const { rate_limit: health } = await moduleRef.get(RateLimitHealthIndicator).isHealthy();
       expect(health).toMatchObject({ status: 'up', store: 'redis', redis: 'up' });
       expect((await moduleRef.get(RateLimitKeyAudit).run()).withoutTtl).toEqual([]);
+    } finally {
+      await moduleRef.close();
+    }
+  });
+
+  it('forRootAsync takes them beside the factory (useClass here), and makes only those', async () => {
+    @Injectable()
+    class Options {
+      create(): RateLimitModuleOptions {
+        return { redis: server.url, keyPrefix: uniquePrefix() };
+      }
+    }
+    const moduleRef = await Test.createTestingModule({
+      imports: [RateLimitModule.forRootAsync({ useClass: Options, extensions: [rateLimitHealth()] })],
+    }).compile();
+    await moduleRef.init();
+    try {
+      const { rate_limit: health } = await moduleRef.get(RateLimitHealthIndicator).isHealthy();
+      expect(health).toMatchObject({ status: 'up', store: 'redis', redis: 'up' });
+      expect(() => moduleRef.get(RateLimitManagementService, { strict: false })).toThrow();
     } finally {
       await moduleRef.close();
     }
