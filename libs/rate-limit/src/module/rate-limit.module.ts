@@ -15,7 +15,6 @@ import {
   ModuleRef,
   Reflector,
 } from '@nestjs/core';
-import type { ConfigService } from '@nestjs/config';
 import { APP_CONFIG_SERVICE, appConfigService } from '../limiter/app-config.js';
 import { NestConfigCentre } from '../limiter/nest-config-centre.js';
 import { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
@@ -47,7 +46,11 @@ import { resolveModuleOptions } from './resolve-options.js';
 import { limiterProvider } from './limiter-provider.js';
 import { redisServiceProvider, storeProvider } from './store-providers.js';
 
-/** The app's `ConfigService`, when `@nestjs/config` is installed and this module sees one. */
+/**
+ * The app's `ConfigService`, when `@nestjs/config` is installed and this module sees one, for a
+ * config centre made with dependency injection (a class given, `RedisConfigCentre` say, which reads
+ * it beneath its own values); registered only where one may be (`ownModule`).
+ */
 const appConfigProvider: Provider = {
   provide: APP_CONFIG_SERVICE,
   inject: [ModuleRef],
@@ -86,15 +89,15 @@ const configCentreProvider: Provider = {
   provide: RateLimitConfigCentre,
   // RedisService too, though only a created centre uses it: so Nest starts the connection before
   // the centre (lifecycle hooks run in the order of dependencies), and stops it after.
-  inject: [RESOLVED_RATE_LIMIT_OPTIONS, ModuleRef, RedisService, APP_CONFIG_SERVICE],
+  inject: [RESOLVED_RATE_LIMIT_OPTIONS, ModuleRef, RedisService],
   useFactory: async (
     { configCentre }: ResolvedRateLimitOptions,
     moduleRef: ModuleRef,
-    _redis: RedisService,
-    config: ConfigService | null,
   ): Promise<RateLimitConfigCentre> => {
     if (configCentre instanceof RateLimitConfigCentre) return configCentre;
     if (typeof configCentre === 'function') return moduleRef.create(configCentre);
+    // The default centre: the app's ConfigService looked up here, as the module sees it.
+    const config = await appConfigService(moduleRef);
     if (!config) {
       new Logger('RateLimit').log(
         'ConfigModule is not imported (or @nestjs/config not installed): thresholds are read from process.env only',
@@ -113,7 +116,6 @@ const configCentreProvider: Provider = {
 @Module({
   imports: [DiscoveryModule],
   providers: [
-    appConfigProvider,
     redisServiceProvider,
     storeProvider,
     configCentreProvider,
@@ -124,8 +126,6 @@ const configCentreProvider: Provider = {
   exports: [
     // The guard needs it wherever @UseGuards(RateLimitGuard) instantiates it.
     RESOLVED_RATE_LIMIT_OPTIONS,
-    // For the live centres (their optional ConfigService) where a module that imports this one creates them.
-    APP_CONFIG_SERVICE,
     RedisService,
     RateLimitStore,
     RateLimitConfigCentre,
@@ -175,6 +175,12 @@ function ownModule(
     steps.push(...(extension.steps ?? []));
   }
   providers.push(limiterProvider(steps));
+  // A centre made with dependency injection may read the app's ConfigService: a class given, or
+  // whatever a factory returns (built in it, perhaps, by a module that imports this one).
+  if (!resolved || typeof resolved.configCentre === 'function') {
+    providers.push(appConfigProvider);
+    exports.push(APP_CONFIG_SERVICE);
+  }
   if (extras.globalGuard ?? true) providers.push({ provide: APP_GUARD, useExisting: RateLimitGuard });
   if (defaults.length > 0) {
     providers.push({ provide: DEFAULT_RULES, useValue: defaults });
