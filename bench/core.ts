@@ -26,7 +26,7 @@
 import { Redis } from 'ioredis';
 import { Registry } from 'prom-client';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
-import type { RateLimitAlgorithmName } from 'nest-rate-limit';
+import type { RateLimitAlgorithmName } from 'nest-rate-limit/store';
 import { rateLimitMetrics } from 'nest-rate-limit/ops';
 import { ALGORITHM_NAMES, ruleKeyId } from 'nest-rate-limit/store';
 import { startRedisServer } from '../test/support/redis-server.js';

@@ -15,7 +15,8 @@
 import { Controller, Get, type INestApplication } from '@nestjs/common';
 import request from 'supertest';
 import { afterAll, beforeAll, describe, it } from 'vitest';
-import { RateLimit, type RateLimitAlgorithmName } from 'nest-rate-limit';
+import { RateLimit } from 'nest-rate-limit';
+import type { RateLimitAlgorithmName } from 'nest-rate-limit/store';
 import { type RedisSentinelSet, startRedisSentinelSet } from '../test/support/redis-server.js';
 import { admittedPerWindow, paced } from '../test/support/traffic.js';
 import { createTestApp, uniquePrefix } from '../test/support/test-app.js';

@@ -61,7 +61,7 @@ class LimitedPingController {
 @Controller()
 class SettledPingController {
   @Get('ping')
-  @RateLimit({ count: LIMIT, window: '1m', maxCost: 2, settleCost: () => 1 })
+  @RateLimit({ count: LIMIT, window: '1m', settleCost: { actual: () => 1, max: 2 } })
   ping(): string {
     return 'pong';
   }

@@ -9,7 +9,7 @@ const TRANSPORT = /^(http|transports|guard)\//;
 
 /**
  * Files outside it that may name Nest's context, each for a reason that reads nothing of it: the
- * rule options' types (the app's functions `by`, `cost`, `skipIf`, `tier` take the context), and
+ * rule options' types (the app's functions `by`, `cost`, `skipIf`, `tiers.of` take the context), and
  * the request the limiter is given, which hands that context to those functions unread.
  */
 const NAMING_ONLY = new Set(['rules/rule-options.ts', 'limiter/limited-request.ts']);

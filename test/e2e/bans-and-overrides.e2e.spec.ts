@@ -53,7 +53,13 @@ class ApiController {
 
   /** Per tenant, by plan: 2 a minute, 5 on 'pro' (live values under 'plans' and 'plans.pro'). */
   @Get('plans')
-  @RateLimit({ count: 2, window: '1m', configKey: 'plans', by: tenantOf, tiers: { pro: 5 }, tier: headerOf('x-plan') })
+  @RateLimit({
+    count: 2,
+    window: '1m',
+    configKey: 'plans',
+    by: tenantOf,
+    tiers: { of: headerOf('x-plan'), limits: { pro: 5 } },
+  })
   plans() {
     return 'planned';
   }
@@ -463,7 +469,7 @@ describe('a process without the rules (as the CLI is), on the Redis of an app', 
 @Controller()
 class TokensController {
   @Post('tokens')
-  @RateLimit({ count: 1_000, window: '1m', configKey: 'tokens', cost: 10, maxCost: 100, settleCost: () => 5 })
+  @RateLimit({ count: 1_000, window: '1m', configKey: 'tokens', cost: 10, settleCost: { actual: () => 5, max: 100 } })
   spend() {
     return 'spent';
   }

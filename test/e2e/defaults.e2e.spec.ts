@@ -17,8 +17,8 @@ import { SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
 import {
   RateLimit,
   RateLimitConfigurationError,
-  type RateLimitDefaultRule,
   RateLimitModule,
+  type RateLimitModuleExtras,
   RateLimiterService,
   SkipRateLimit,
 } from 'nest-rate-limit';
@@ -81,7 +81,7 @@ describeStoresAndPlatforms('forRoot({ defaults })', (store, platform) => {
 
   /** The shop (and what else is given) under these defaults, on this store and platform. */
   async function shop(
-    defaults: RateLimitDefaultRule[],
+    defaults: NonNullable<RateLimitModuleExtras['defaults']>,
     controllers: Type[] = [ShopController],
   ): Promise<INestApplication> {
     app = await createTestApp({
@@ -122,7 +122,7 @@ describeStoresAndPlatforms('forRoot({ defaults })', (store, platform) => {
   it('a default with settleCost: every route settles its real cost after the handler', async () => {
     // 10 reserved, the characters answered charged: 'a' costs 1.
     const app = await shop([
-      { count: 100, window: '1m', cost: 10, maxCost: 50, settleCost: (result) => String(result).length },
+      { count: 100, window: '1m', cost: 10, settleCost: { actual: (result) => String(result).length, max: 50 } },
     ]);
     // Reservations alone would admit 10.
     expect(await statuses(app, '/a', 30)).toEqual(Array.from({ length: 30 }, () => 200));

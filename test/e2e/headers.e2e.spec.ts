@@ -1,7 +1,9 @@
 import { Controller, Get, type INestApplication, UnauthorizedException, UseGuards } from '@nestjs/common';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
-import { RateLimit, RateLimitConfigurationError, RateLimitModule, type RateLimitHeaderStyle } from 'nest-rate-limit';
+import { RateLimit, RateLimitConfigurationError, RateLimitModule, type RateLimitModuleOptions } from 'nest-rate-limit';
+
+type RateLimitHeaderStyle = RateLimitModuleOptions['headers'];
 import { describePlatforms } from '../support/matrix.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
 

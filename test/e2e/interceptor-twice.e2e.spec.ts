@@ -28,8 +28,7 @@ class JobsController {
     window: '1m',
     by: (context) => context.switchToHttp().getRequest<{ body: Job }>().body.tenant,
     cost: (context) => context.switchToHttp().getRequest<{ body: Job }>().body.estimate,
-    maxCost: 100,
-    settleCost: (result) => (result as { used: number }).used,
+    settleCost: { actual: (result) => (result as { used: number }).used, max: 100 },
   })
   run(@Body() job: Job) {
     return { used: job.uses };

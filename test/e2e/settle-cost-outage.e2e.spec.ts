@@ -28,8 +28,7 @@ class CompletionsController {
     window: '1m',
     by: (context) => body(context).tenant,
     cost: (context) => body(context).estimate,
-    maxCost: 100,
-    settleCost: (result) => (result as { usage: number }).usage,
+    settleCost: { actual: (result) => (result as { usage: number }).usage, max: 100 },
   })
   async complete(@Body() given: CompletionRequest): Promise<{ usage: number }> {
     if (held) {

@@ -25,8 +25,7 @@ const BUDGET = {
   by: (context: { switchToHttp(): { getRequest<T>(): T } }) =>
     context.switchToHttp().getRequest<Limited>().query.tenant!,
   cost: 20,
-  maxCost: 100,
-  settleCost: () => 100,
+  settleCost: { actual: () => 100, max: 100 },
 } as const;
 
 @Controller()

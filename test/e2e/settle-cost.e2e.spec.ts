@@ -28,7 +28,7 @@ interface CompletionRequest {
   /** The handler fails after the decision. */
   fail?: boolean;
 }
-/** The route's `maxCost`: the most tokens a completion can use. */
+/** The route's `settleCost.max`: the most tokens a completion can use. */
 const MAX_TOKENS = 100;
 interface Completion {
   usage: { totalTokens: number };
@@ -80,8 +80,7 @@ class CompletionsController {
     window: '1m',
     by: (context) => body(context).tenant,
     cost: (context) => body(context).estimate,
-    maxCost: MAX_TOKENS,
-    settleCost: (result) => (result as Completion).usage.totalTokens,
+    settleCost: { actual: (result) => (result as Completion).usage.totalTokens, max: MAX_TOKENS },
   })
   async complete(@Body() given: CompletionRequest): Promise<Completion> {
     if (gated) await gate.pass();
@@ -255,7 +254,7 @@ class MixedController {
   }
 
   @Get('settled')
-  @RateLimit({ count: 100, window: '1m', cost: 2, maxCost: 5, settleCost: () => 1 })
+  @RateLimit({ count: 100, window: '1m', cost: 2, settleCost: { actual: () => 1, max: 5 } })
   settled() {
     return 'settled';
   }
@@ -273,7 +272,7 @@ class GuardedController {
   /** A guard of the app's after the rate limit's: the rule is decided after it. */
   @Post('guarded')
   @UseGuards(MaintenanceGuard)
-  @RateLimit({ count: 100, window: '1m', cost: 10, maxCost: 60, settleCost: () => 10 })
+  @RateLimit({ count: 100, window: '1m', cost: 10, settleCost: { actual: () => 10, max: 60 } })
   guarded() {
     return 'done';
   }
@@ -332,8 +331,7 @@ class SearchResolver {
     count: 100,
     window: '1m',
     cost: 20,
-    maxCost: 60,
-    settleCost: (result) => (result as string[]).length,
+    settleCost: { actual: (result) => (result as string[]).length, max: 60 },
   })
   search(@Args('rows', { type: () => Int }) rows: number): string[] {
     return Array.from({ length: rows }, (_, i) => `row ${i}`);

@@ -270,9 +270,11 @@ describeStoresAndPlatforms("@nestjs/throttler's scenarios", (store, platform) =>
         name: 'default',
         count: 2,
         window: '1m',
-        tiers: { generous: { count: 4, window: '1m' } },
-        tier: (context: ExecutionContext) =>
-          context.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers['x-tier'],
+        tiers: {
+          of: (context: ExecutionContext) =>
+            context.switchToHttp().getRequest<{ headers: Record<string, string> }>().headers['x-tier'],
+          limits: { generous: { count: 4, window: '1m' } },
+        },
       })
       get() {
         return success;

@@ -60,8 +60,7 @@ class ReportsController {
     window: '1m',
     configKey: 'reports',
     by: (context) => customer(context)?.id,
-    tiers: { pro: 4, partner: { count: 6, window: '2m' } },
-    tier: (context) => customer(context)?.plan,
+    tiers: { of: (context) => customer(context)?.plan, limits: { pro: 4, partner: { count: 6, window: '2m' } } },
   })
   list() {
     return [];
@@ -143,9 +142,11 @@ class SearchResolver {
     count: 1,
     window: '1m',
     by: 'ip',
-    tiers: { pro: 3 },
-    tier: (context) =>
-      GqlExecutionContext.create(context).getContext<{ req: AuthenticatedRequest }>().req.headers['x-plan'],
+    tiers: {
+      of: (context) =>
+        GqlExecutionContext.create(context).getContext<{ req: AuthenticatedRequest }>().req.headers['x-plan'],
+      limits: { pro: 3 },
+    },
   })
   search() {
     return 'found';
@@ -182,13 +183,13 @@ describe('tiers checked at bootstrap', () => {
     @Controller()
     class BadController {
       @Get()
-      @RateLimit({ count: 1, window: '1m', tiers: { pro: 0 }, tier: () => 'pro' })
+      @RateLimit({ count: 1, window: '1m', tiers: { of: () => 'pro', limits: { pro: 0 } } })
       get() {
         return 'x';
       }
 
       @Get('no-resolver')
-      @RateLimit({ count: 1, window: '1m', tiers: { pro: 5 } })
+      @RateLimit({ count: 1, window: '1m', tiers: { limits: { pro: 5 } } as never })
       noResolver() {
         return 'x';
       }
@@ -197,7 +198,7 @@ describe('tiers checked at bootstrap', () => {
       "@RateLimit on BadController.get, tier 'pro': 'count' must be a positive whole number, got 0",
     );
     await expect(createTestApp({ controllers: [BadController] })).rejects.toThrow(
-      "@RateLimit on BadController.noResolver: 'tier' must be a function of the ExecutionContext naming one of 'tiers', got undefined",
+      "@RateLimit on BadController.noResolver: 'tiers.of' must be a function of the ExecutionContext naming one of 'tiers.limits', got undefined",
     );
   });
 });

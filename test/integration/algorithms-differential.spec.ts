@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RateLimitAlgorithmName } from 'nest-rate-limit';
+import type { RateLimitAlgorithmName } from 'nest-rate-limit/store';
 import { ALGORITHM_NAMES, MemoryRateLimitStore, type RateLimitHit, type RateLimitStore } from 'nest-rate-limit/store';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createStore } from '../support/store-module.js';

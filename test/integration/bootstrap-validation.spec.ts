@@ -94,13 +94,29 @@ describe('bad rule options fail at bootstrap, naming Controller.method and the f
 
   const settled = () => 1;
   it.each([
-    [{ settleCost: settled }, "'maxCost' is required with 'settleCost'"],
-    [{ maxCost: 5 }, "'maxCost' applies only with 'settleCost', got 5"],
-    [{ settleCost: settled, maxCost: 0 }, "'maxCost' must be a positive whole number or a function"],
-    [{ settleCost: settled, cost: 3, maxCost: 2 }, "'maxCost' is less than the reservation ('cost': 3), got 2"],
-    [{ settleCost: settled, maxCost: 5, countOn: 'success' }, "'settleCost' cannot be combined with 'countOn'"],
-    [{ settleCost: 5, maxCost: 5 }, "'settleCost' must be a function of the result and the context"],
+    [{ settleCost: { actual: settled } }, "'settleCost.max' is required"],
+    [{ maxCost: 5 }, "'maxCost' is now 'settleCost.max' (0.4)"],
+    [{ settleCost: { actual: settled, max: 0 } }, "'settleCost.max' must be a positive whole number or a function"],
+    [
+      { settleCost: { actual: settled, max: 2 }, cost: 3 },
+      "'settleCost.max' is less than the reservation ('cost': 3), got 2",
+    ],
+    [{ settleCost: { actual: settled, max: 5 }, countOn: 'success' }, "'settleCost' cannot be combined with 'countOn'"],
+    [
+      { settleCost: { actual: 5, max: 5 } },
+      "'settleCost.actual' must be a function of the handler's result and the context",
+    ],
+    [{ settleCost: settled }, "'settleCost' must be { actual, max }"],
   ])('rejects a settleCost that cannot work: %j', async (options, problem) => {
+    const error = await bootstrapError(controllerWith({ count: 5, window: '1s', ...options }));
+    expect(error.message).toContain(`@RateLimit on BadController.handler: ${problem}`);
+  });
+
+  it.each([
+    [{ tiers: { pro: 5 }, tier: () => 'pro' }, "'tier' is now 'tiers.of' (0.4)"],
+    [{ tiers: { of: () => 'pro', limits: {} } }, "'tiers.limits' must name at least one tier"],
+    [{ tiers: { of: () => 'pro', limits: { 'a:b': 5 } } }, "'tiers.limits.a:b' is not a tier name"],
+  ])('rejects tiers that cannot work: %j', async (options, problem) => {
     const error = await bootstrapError(controllerWith({ count: 5, window: '1s', ...options }));
     expect(error.message).toContain(`@RateLimit on BadController.handler: ${problem}`);
   });
@@ -256,5 +272,14 @@ describe('bad module options fail when the module is declared', () => {
       `rateLimitMetrics options: 'prefix' must be the start of a Prometheus metric name`,
     );
     expect(() => RateLimitModule.forRoot({ extensions: [rateLimitMetrics({ prefix: 'api_' })] })).not.toThrow();
+  });
+
+  it('says what an option 0.4 fixed as a constant now is', () => {
+    expect(() => RateLimitModule.forRoot({ storeErrors: { circuitBreaker: { minimumCalls: 5 } } } as never)).toThrow(
+      "RateLimitModule options: 'storeErrors.circuitBreaker.minimumCalls' is no longer an option (0.4): the circuit also opens when 30% of the calls of the last 10 s failed, counting 20 calls or more; consecutiveFailures and halfOpenAfterMs remain",
+    );
+    expect(() =>
+      RateLimitModule.forRoot({ storeErrors: { circuitBreaker: { consecutiveFailures: 3, halfOpenAfterMs: 500 } } }),
+    ).not.toThrow();
   });
 });

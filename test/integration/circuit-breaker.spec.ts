@@ -65,7 +65,6 @@ describe('the circuit breaker in front of Redis', () => {
     } = await storeWith({
       consecutiveFailures: 3,
       halfOpenAfterMs: 5_000,
-      minimumCalls: 1_000,
     });
     const key = `${uniquePrefix()}:{b}:r:fw`;
     try {
@@ -106,11 +105,7 @@ describe('the circuit breaker in front of Redis', () => {
   });
 
   it('stays closed while Redis answers late: a slow Redis is not a failing one', async () => {
-    const {
-      store,
-      redis: service,
-      close,
-    } = await storeWith({ failureRatio: 0.3, minimumCalls: 20, windowMs: 10_000, consecutiveFailures: 3 });
+    const { store, redis: service, close } = await storeWith({ consecutiveFailures: 3 });
     const key = `${uniquePrefix()}:{s}:r:fw`;
     try {
       for (let i = 0; i < 14; i += 1) await store.consume([hit(key, { limit: 1_000, windowMs: 600_000 })]);
@@ -205,9 +200,7 @@ describe('the circuit breaker in front of Redis', () => {
       redis: service,
       close,
     } = await storeWith({
-      failureRatio: 0.3,
-      minimumCalls: 20,
-      windowMs: 10_000,
+      // The share alone (CIRCUIT_BREAKER_SHARE: 30% of 20 calls or more in 10 s) opens it.
       consecutiveFailures: 1_000,
     });
     const key = `${uniquePrefix()}:{r}:r:fw`;

@@ -1,7 +1,7 @@
 import type { INestApplication } from '@nestjs/common';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { RateLimitAlgorithmName, RateLimitModuleOptions } from 'nest-rate-limit';
-import { rateLimitKeys } from 'nest-rate-limit/store';
+import type { RateLimitModuleOptions } from 'nest-rate-limit';
+import { type RateLimitAlgorithmName, rateLimitKeys } from 'nest-rate-limit/store';
 import { storedState } from '../support/inspect.js';
 import { failOverLosingWrites, failoverApp, sentinelPair } from '../support/lossy-failover.js';
 import { type RedisSentinelSet, startRedisSentinelSet } from '../support/redis-server.js';

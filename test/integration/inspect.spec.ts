@@ -1,5 +1,5 @@
-import type { RateLimitAlgorithmName, RateLimiterService } from 'nest-rate-limit';
-import { ALGORITHM_NAMES } from 'nest-rate-limit/store';
+import type { RateLimiterService } from 'nest-rate-limit';
+import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from 'nest-rate-limit/store';
 import { afterEach, beforeEach, expect, it } from 'vitest';
 import { describeStores } from '../support/matrix.js';
 import { createStore } from '../support/store-module.js';

@@ -1,7 +1,7 @@
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RateLimitAlgorithmName, RateLimitOptions } from 'nest-rate-limit';
-import { type RateLimitStore, rateLimitKey } from 'nest-rate-limit/store';
+import type { RateLimitOptions } from 'nest-rate-limit';
+import { type RateLimitAlgorithmName, type RateLimitStore, rateLimitKey } from 'nest-rate-limit/store';
 import { STORES } from '../support/matrix.js';
 import { createStore, hit } from '../support/store-module.js';
 import { uniquePrefix } from '../support/test-app.js';
@@ -74,8 +74,7 @@ describe.each(STORES)('large costs: $name store', (storeCase) => {
       window: '1m',
       algorithm: 'sliding-log' as const,
       cost: 4,
-      maxCost: 5,
-      settleCost: () => 0,
+      settleCost: { actual: () => 0, max: 5 },
     } satisfies RateLimitOptions;
     const spent = await limiter.consume(options, identity, 4);
     await limiter.settleCost(spent, 1_000_000);

@@ -2,7 +2,7 @@ import type { INestApplication } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import type { RateLimitAlgorithmName } from 'nest-rate-limit';
+import type { RateLimitAlgorithmName } from 'nest-rate-limit/store';
 import {
   ALGORITHM_NAMES,
   MemoryRateLimitStore,

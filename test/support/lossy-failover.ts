@@ -1,7 +1,8 @@
 import { Controller, Get, type INestApplication, type Type } from '@nestjs/common';
 import type { Redis } from 'ioredis';
 import request from 'supertest';
-import { type Duration, RateLimit, type RateLimitAlgorithmName, type RateLimitModuleOptions } from 'nest-rate-limit';
+import { RateLimit, type RateLimitModuleOptions, type RateLimitOptions } from 'nest-rate-limit';
+import type { RateLimitAlgorithmName } from 'nest-rate-limit/store';
 import { until } from './poll.js';
 import type { RedisCluster, RedisSentinelSet, RedisServer } from './redis-server.js';
 import { createTestApp } from './test-app.js';
@@ -166,7 +167,7 @@ export async function failOverLosingWrites(
 /** The rule measured in a lossy failover, on route `/failover/route`, by `'global'`. */
 export interface MeasuredRule {
   count: number;
-  window: Duration;
+  window: RateLimitOptions['window'];
   algorithm?: RateLimitAlgorithmName;
 }
 

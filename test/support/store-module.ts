@@ -1,14 +1,13 @@
 import type { LoggerService } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import {
-  type RateLimitAlgorithmName,
   type RateLimitExtension,
   RateLimitModule,
   type RateLimitModuleOptions,
   RateLimiterService,
 } from 'nest-rate-limit';
 import { RateLimitKeyAudit, rateLimitKeyAudit } from 'nest-rate-limit/ops';
-import { type RateLimitHit, RateLimitStore, RedisService } from 'nest-rate-limit/store';
+import { type RateLimitAlgorithmName, type RateLimitHit, RateLimitStore, RedisService } from 'nest-rate-limit/store';
 
 /**
  * The library's store as a Nest app builds it (Redis when `options.redis` is set), without HTTP,

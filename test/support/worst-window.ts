@@ -1,4 +1,4 @@
-import type { RateLimitAlgorithmName } from 'nest-rate-limit';
+import type { RateLimitAlgorithmName } from 'nest-rate-limit/store';
 
 /** The most one window admitted, read as the algorithm promises it, and how it was read. */
 export interface WorstWindow {

@@ -1,14 +1,10 @@
 import { Logger, Module } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
 import { TerminusModule } from '@nestjs/terminus';
-import {
-  RateLimitModule,
-  type RateLimitMode,
-  type RateLimitStoreErrorPolicy,
-  redisOptionsFromEnv,
-} from 'nest-rate-limit';
+import { RateLimitModule, type RateLimitMode } from 'nest-rate-limit';
 import { MemoryConfigCentre, RedisConfigCentre, rateLimitManagement } from 'nest-rate-limit/live';
 import { rateLimitHealth, rateLimitKeyAudit, rateLimitMetrics } from 'nest-rate-limit/ops';
+import { type RateLimitStoreErrorPolicy, redisOptionsFromEnv } from 'nest-rate-limit/store';
 import { AdminController } from './admin.controller.js';
 import { AlgorithmsController } from './algorithms.controller.js';
 import { FeaturesController } from './features.controller.js';

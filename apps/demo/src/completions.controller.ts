@@ -49,8 +49,10 @@ export class CompletionsController {
     configKey: 'demo.completions',
     by: (context) => tenantOf(context) ?? 'no-tenant',
     cost: (context) => estimateOf(bodyOf(context)), // reserved up front
-    maxCost: (context) => maxTokensOf(bodyOf(context)), // the most a call may use
-    settleCost: (result) => (result as Completion).usage.total_tokens, // charged once answered
+    settleCost: {
+      actual: (result) => (result as Completion).usage.total_tokens, // charged once answered
+      max: (context) => maxTokensOf(bodyOf(context)), // the most a call may use
+    },
   })
   complete(@Body() body: CompletionRequest | undefined): Completion {
     const max = maxTokensOf(body);

@@ -21,8 +21,7 @@ export class PlansController {
     window: '1m',
     configKey: 'demo.reports',
     by: (context) => header(context, 'x-tenant') ?? 'no-tenant',
-    tiers: { pro: 20, partner: 50 },
-    tier: (context) => header(context, 'x-plan'),
+    tiers: { of: (context) => header(context, 'x-plan'), limits: { pro: 20, partner: 50 } },
     nearLimit: 0.8,
     skipIf: (context) => header(context, 'x-internal') === 'yes',
   })

@@ -11,9 +11,9 @@
 import 'reflect-metadata';
 import { parseArgs } from 'node:util';
 import { NestFactory } from '@nestjs/core';
-import { RATE_LIMIT_DEFAULTS, RateLimitModule, redisOptionsFromEnv } from 'nest-rate-limit';
+import { RATE_LIMIT_DEFAULTS, RateLimitModule } from 'nest-rate-limit';
 import { RateLimitKeyAudit, rateLimitKeyAudit } from 'nest-rate-limit/ops';
-import { keyIdOf } from 'nest-rate-limit/store';
+import { keyIdOf, redisOptionsFromEnv } from 'nest-rate-limit/store';
 
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 

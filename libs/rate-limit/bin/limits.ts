@@ -24,14 +24,14 @@
 import 'reflect-metadata';
 import { userInfo } from 'node:os';
 import { NestFactory } from '@nestjs/core';
-import { RateLimitConfigurationError, RateLimitModule, redisOptionsFromEnv } from 'nest-rate-limit';
+import { RateLimitConfigurationError, RateLimitModule } from 'nest-rate-limit';
 import {
   RateLimitManagementService,
   RateLimitPermissionError,
   RedisConfigCentre,
   rateLimitManagement,
 } from 'nest-rate-limit/live';
-import { RedisService } from 'nest-rate-limit/store';
+import { RedisService, redisOptionsFromEnv } from 'nest-rate-limit/store';
 
 const USAGE = `usage: nest-rate-limit-limits list
        nest-rate-limit-limits get <configKey>

@@ -1,4 +1,3 @@
-import type { Duration } from '../rules/duration.js';
 import type { RateLimitOptions } from '../rules/rate-limit-rule.js';
 import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from './metadata-keys.js';
 
@@ -9,7 +8,7 @@ import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from './metadata-keys.js';
  * the same `name`, in which case the handler's rule replaces the class's for that handler.
  * Values are checked at bootstrap; a bad one stops the app with an error naming the route and field.
  *
- * A rule that reads the request through a function (`by`, `tier` or `skipIf`) is decided after the
+ * A rule that reads the request through a function (`by`, `tiers.of` or `skipIf`) is decided after the
  * app's guards (an authentication guard has set `req.user` by then), by `RateLimitInterceptor`,
  * which the module puts on such handlers at bootstrap; so is a rule with `settleCost`, and on a
  * GraphQL operation or a WebSocket message a rule with `countOn`. Every other rule is decided by
@@ -23,16 +22,20 @@ import { RATE_LIMIT_RULES, RATE_LIMIT_SKIP } from './metadata-keys.js';
  * ```
  */
 export function RateLimit(options: RateLimitOptions): ClassDecorator & MethodDecorator;
-export function RateLimit(count: number, window: Duration, configKey?: string): ClassDecorator & MethodDecorator;
+export function RateLimit(
+  count: number,
+  window: RateLimitOptions['window'],
+  configKey?: string,
+): ClassDecorator & MethodDecorator;
 export function RateLimit(
   optionsOrCount: RateLimitOptions | number,
-  window?: Duration,
+  window?: RateLimitOptions['window'],
   configKey?: string,
 ): ClassDecorator & MethodDecorator {
   const options: RateLimitOptions =
     typeof optionsOrCount === 'object' && optionsOrCount !== null
       ? { ...optionsOrCount }
-      : { count: optionsOrCount, window: window as Duration, configKey };
+      : { count: optionsOrCount, window: window as RateLimitOptions['window'], configKey };
   return (target: object, _key?: string | symbol, descriptor?: PropertyDescriptor) => {
     const holder = descriptor ? (descriptor.value as object) : target;
     const existing: RateLimitOptions[] = Reflect.getOwnMetadata(RATE_LIMIT_RULES, holder) ?? [];

@@ -8,10 +8,8 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { ServerResponse } from 'node:http';
+import { RateLimitBannedException, RateLimitException, banMessage } from './rate-limit.exception.js';
 import {
-  RateLimitBannedException,
-  RateLimitException,
-  banMessage,
   bothParts,
   type RateLimitOutcome,
   type RuleDecision,
@@ -19,11 +17,12 @@ import {
   retryAfterSeconds,
 } from '../limiter/rate-limit-outcome.js';
 import { endEventStreamWhenClientLeaves } from './event-stream-client-exit.js';
+import { settleWhenResponseEnds } from './settle-when-response-ends.js';
 import { RateLimiterService } from '../limiter/rate-limiter.service.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
 import { RateLimitConfigurationError, type RateLimitRule } from '../rules/rate-limit-rule.js';
 import { SUPPORTED_HANDLERS } from '../rules/handler-kinds.js';
-import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
+import { type GuardSplit, RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 import { RateLimitGraphQLError, loadWsRejection } from '../transports/rate-limit-rejections.js';
 import {
   ContextRequest,
@@ -41,13 +40,11 @@ import {
  * 1.5x as long, its p99 1.6x, at 16 in flight).
  */
 const OUTCOME = Symbol('nest-rate-limit outcome');
-/** Per request, the guard that left rules to `RateLimitInterceptor`. */
+/** Per request: the guard that left rules to `RateLimitInterceptor`; and their outcome (decided once). */
 const DEFERRED = Symbol('nest-rate-limit deferred');
-/** Per request, the outcome of the rules decided after the app's guards, so an interceptor registered twice decides once. */
 const AFTER_GUARDS = Symbol('nest-rate-limit after guards');
 
 type Invocation = { [OUTCOME]?: RateLimitOutcome; [DEFERRED]?: AfterGuardsDecider; [AFTER_GUARDS]?: RateLimitOutcome };
-
 export function outcomeOf(request: object): RateLimitOutcome | undefined {
   return (request as Invocation)[OUTCOME];
 }
@@ -84,6 +81,8 @@ export function guardDeferredTo(request: object): AfterGuardsDecider | undefined
 export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
   /** Says once when requests come through a proxy the app does not trust. */
   private readonly untrustedProxy = new UntrustedProxyCheck();
+  /** Per controller and handler, its rules for HTTP requests and for the others (`rulesOf`). */
+  private readonly handlers = new WeakMap<object, Map<object, { http?: HandlerRules; other?: HandlerRules }>>();
 
   /** @internal Nest creates it; a subclass declares no constructor of its own. */
   constructor(
@@ -105,9 +104,8 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
 
   canActivate(context: ExecutionContext): Promise<boolean> {
     try {
-      const rules = this.registry.rulesFor(context.getClass(), context.getHandler());
+      const { rules, split } = this.rulesOf(context);
       if (rules.length === 0) return ADMITTED;
-      const split = this.registry.splitAroundGuards(rules, context.getType() === 'http');
       if (!split) return this.decide(rules, context);
       (invocationOf(context) as Invocation)[DEFERRED] = this;
       if (split.beforeGuards.length === 0) return ADMITTED;
@@ -117,16 +115,9 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     }
   }
 
-  /**
-   * For `RateLimitInterceptor`: decides a handler's rules that wait for the app's guards. Resolves
-   * true when admitted (or when they are decided already); throws the rejection otherwise. The
-   * request's outcome is then both parts': the headers report a rule of either (`bothParts`).
-   * @internal
-   */
   decideAfterGuards(context: ExecutionContext): Promise<boolean> {
     try {
-      const rules = this.registry.rulesFor(context.getClass(), context.getHandler());
-      const split = this.registry.splitAroundGuards(rules, context.getType() === 'http');
+      const { split } = this.rulesOf(context);
       if (!split) return ADMITTED;
       return this.decide(split.afterGuards, context, AFTER_GUARDS);
     } catch (error) {
@@ -134,10 +125,26 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     }
   }
 
-  /**
-   * Throws (synchronously) for a context it cannot decide; the callers turn that into a rejection.
-   * @param part where the decision is kept: `OUTCOME` before the app's guards, `AFTER_GUARDS` after
-   */
+  /** A handler's rules as the registry compiled them, for this kind of request: asked once per handler. */
+  private rulesOf(context: ExecutionContext): HandlerRules {
+    const controller = context.getClass();
+    const handler = context.getHandler();
+    const http = context.getType() === 'http';
+    let byHandler = this.handlers.get(controller);
+    if (!byHandler) this.handlers.set(controller, (byHandler = new Map()));
+    const known = byHandler.get(handler);
+    const found = known && (http ? known.http : known.other);
+    if (found) return found;
+    const rules = this.registry.rulesFor(controller, handler);
+    const kind: HandlerRules = {
+      rules,
+      split: this.registry.splitAroundGuards(rules, http),
+      eventStream: this.registry.isEventStream(handler),
+    };
+    byHandler.set(handler, { ...known, [http ? 'http' : 'other']: kind });
+    return kind;
+  }
+
   private decide(
     rules: readonly RateLimitRule[],
     context: ExecutionContext,
@@ -216,8 +223,8 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
       for (let i = 0; i < headers.length; i += 2) httpAdapter.setHeader(response, headers[i], headers[i + 1]);
     }
     if (outcome.allowed) {
-      if (outcome.conditional.length > 0) this.settleWhenResponseEnds(outcome, response);
-      if (this.registry.isEventStream(context.getHandler())) endEventStreamWhenClientLeaves(context);
+      if (outcome.conditional.length > 0) settleWhenResponseEnds(outcome, response, this.limiter);
+      if (this.rulesOf(context).eventStream) endEventStreamWhenClientLeaves(context);
       return true;
     }
 
@@ -249,30 +256,6 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
   }
 
   /**
-   * Refunds `countOn` units once the response ends, however it ends: a later guard that refuses
-   * the request, a handler that throws, a timeout, a broken stream, a client that goes away.
-   */
-  private settleWhenResponseEnds(outcome: RateLimitOutcome, response: object): void {
-    // Express hands us the Node response; Fastify a reply wrapping it as `raw`.
-    const raw = ((response as { raw?: ServerResponse }).raw ?? response) as ServerResponse;
-    let settled = false;
-    const settle = (succeeded: boolean) => {
-      if (settled) return;
-      settled = true;
-      void this.limiter.settle(outcome, succeeded);
-    };
-    // The client may have gone while the request waited for admissions in flight: then neither
-    // event comes again, and the admission must still end.
-    if (raw.destroyed || raw.socket?.destroyed) {
-      settle(false);
-      return;
-    }
-    raw.once('finish', () => settle(raw.statusCode < 400));
-    // Closed before it finished: the client went away or the response stream failed.
-    raw.once('close', () => settle(false));
-  }
-
-  /**
    * The error thrown for a rejected request, made without a stack trace: a `RateLimitException`
    * (429; its headers are already on the response) for HTTP, a `RateLimitGraphQLError` (extensions
    * `{ code: 'RATE_LIMITED', retryAfter, rule }`) for GraphQL. A WebSocket message gets a
@@ -283,6 +266,13 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     if (context.getType<string>() === 'graphql') return new RateLimitGraphQLError(retryAfter, rejected.rule.name);
     return new RateLimitException(retryAfter, rejected.rule.name);
   }
+}
+
+/** A handler's rules, which of them wait for the app's guards, and whether it is an `@Sse()` route. */
+interface HandlerRules {
+  rules: readonly RateLimitRule[];
+  split: GuardSplit | undefined;
+  eventStream: boolean;
 }
 
 /** What the guard answers a request it admits without deciding anything: one promise for all of them. */

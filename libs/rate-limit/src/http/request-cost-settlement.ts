@@ -2,8 +2,8 @@ import type { ExecutionContext } from '@nestjs/common';
 import type { RateLimiterService } from '../limiter/rate-limiter.service.js';
 import type { RateLimitOutcome, RuleDecision } from '../limiter/rate-limit-outcome.js';
 
-/** What a request really cost: a whole number >= 0 for each of its `settleCost` rules, or one per rule name. */
-export type RateLimitCostReport = number | Readonly<Record<string, number>>;
+/** What a request really cost, as `report` and `settle` take it. */
+type RateLimitCostReport = Parameters<RateLimitRequestDecision['report']>[0];
 
 /**
  * A request's decision as its handler is given it, on `req.rateLimit`, when the handler has a
@@ -15,7 +15,7 @@ export type RateLimitCostReport = number | Readonly<Record<string, number>>;
  * ```ts
  * @Sse('chat')
  * // Unless the handler reports, a stream is settled at its most.
- * @RateLimit({ count: 10_000, window: '1m', cost: 200, maxCost: 2_000, settleCost: () => 2_000 })
+ * @RateLimit({ count: 10_000, window: '1m', cost: 200, settleCost: { actual: () => 2_000, max: 2_000 } })
  * chat(@Req() req: { rateLimit: RateLimitRequestDecision }): Observable<MessageEvent> {
  *   let tokens = 0;
  *   return llm.stream(prompt).pipe(
@@ -36,15 +36,16 @@ export interface RateLimitRequestDecision {
   readonly decisions: readonly RuleDecision[];
   /**
    * What the request has cost so far: settled when it ends (its stream completes or fails, its
-   * client leaves, its response ends), in place of the rule's `settleCost` of the result. A later
-   * report replaces an earlier one.
+   * client leaves, its response ends), in place of the rule's `settleCost.actual` of the result. A
+   * later report replaces an earlier one. A whole number >= 0 for each of its `settleCost` rules,
+   * or one per rule name.
    */
-  report(cost: RateLimitCostReport): void;
+  report(cost: number | Readonly<Record<string, number>>): void;
   /**
    * Settles now, at `cost` (default: the last report, else the reservation); the request's end then
    * settles nothing. Only the first settlement counts. Never rejects.
    */
-  settle(cost?: RateLimitCostReport): Promise<void>;
+  settle(cost?: number | Readonly<Record<string, number>>): Promise<void>;
 }
 
 /**

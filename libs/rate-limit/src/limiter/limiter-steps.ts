@@ -1,6 +1,10 @@
+import type { ResilientConsumption } from '../resilience/deciding-store.js';
 import type { RateLimitRule } from '../rules/rate-limit-rule.js';
-import type { LimiterStep, StepEntry } from './limiter-step.js';
+import type { LimitedRequest } from './limited-request.js';
+import type { Consume, LimiterStep, NOT_COUNTED, Prepare, Screening, StepEntry, StepKit } from './limiter-step.js';
 import type { PreparedRule } from './prepare-hits.js';
+import type { RateLimitOutcome } from './rate-limit-outcome.js';
+import type { Thresholds } from './rule-thresholds.js';
 
 /** The steps of a request none of whose rules uses one: one shared list. */
 const NONE: readonly LimiterStep[] = Object.freeze([]);
@@ -13,13 +17,119 @@ const NONE: readonly LimiterStep[] = Object.freeze([]);
  */
 export class LimiterSteps {
   private readonly ofRule = new WeakMap<RateLimitRule, readonly LimiterStep[]>();
+  private readonly preparingRule = new WeakMap<RateLimitRule, readonly LimiterStep[]>();
   private readonly made = new Map<StepEntry, LimiterStep>();
   /** The steps of the module's options, which every request runs. */
-  private readonly everyRequest: readonly LimiterStep[];
+  private everyRequest: readonly LimiterStep[] = NONE;
+  /** Those of them that screen requests before their rules are prepared. */
+  private screens: readonly LimiterStep[] = NONE;
+  private kit: StepKit | undefined;
 
-  constructor(private readonly entries: readonly StepEntry[]) {
-    for (const entry of entries) if (!entry.uses) this.made.set(entry, entry.make());
-    this.everyRequest = this.made.size === 0 ? NONE : [...this.made.values()];
+  constructor(private readonly entries: readonly StepEntry[]) {}
+
+  /** Whether any step screens requests: without one, rules are prepared at once. */
+  screening = false;
+  /**
+   * Rules none of whose steps prepares them, wraps the store call or sees an admission (nearly
+   * every rule): an admitted request of them runs no step, nor this file. Known once a rule's steps are.
+   */
+  readonly plain = new WeakSet<RateLimitRule>();
+
+  /** Makes the options' steps, with what the limiter lends them; before its first request. */
+  start(kit: StepKit): void {
+    this.kit = kit;
+    for (const entry of this.entries) if (!entry.uses) this.made.set(entry, entry.make(kit));
+    if (this.made.size === 0) return;
+    this.everyRequest = [...this.made.values()];
+    const screens = this.everyRequest.filter((step) => step.screen);
+    if (screens.length > 0) [this.screens, this.screening] = [screens, true];
+  }
+
+  /**
+   * The screens' answer for a request, in their order (the first that answers stands); without one,
+   * `base` as the rules are to be prepared: taking a rule a screen prepared as it was, so each
+   * rule's resolvers run once per request.
+   */
+  async screen(
+    rules: readonly RateLimitRule[],
+    request: LimitedRequest | undefined,
+    base: Prepare,
+  ): Promise<RateLimitOutcome | typeof NOT_COUNTED | Prepare> {
+    const known = new Map<RateLimitRule, ReturnType<Prepare>>();
+    const once: Prepare = (rule, thresholds) => {
+      let prepared = known.get(rule);
+      if (prepared === undefined) known.set(rule, (prepared = base(rule, thresholds)));
+      return prepared;
+    };
+    const kit = this.kit!;
+    const screening: Screening = {
+      rules: rules.filter((rule) => kit.thresholdsOf(rule).mode !== 'off'),
+      request,
+      prepared: (rule) => once(rule, kit.thresholdsOf(rule)) as PreparedRule | Promise<PreparedRule>,
+    };
+    for (const step of this.screens) {
+      const answer = await step.screen!(screening);
+      if (answer !== undefined) return answer;
+    }
+    return once;
+  }
+
+  /** A rule prepared through the steps that prepare it (the first outermost), `base` innermost. */
+  prepare(
+    rule: RateLimitRule,
+    thresholds: Thresholds,
+    base: Prepare,
+    request: LimitedRequest | undefined,
+  ): ReturnType<Prepare> {
+    const steps = this.preparing(rule);
+    let next = base;
+    for (let i = steps.length - 1; i >= 0; i -= 1) {
+      const step = steps[i];
+      const inner = next;
+      next = (r, t) => step.prepare!(r, t, inner, request);
+    }
+    return next(rule, thresholds);
+  }
+
+  /** The store call `store` through the steps' `consume` (the first outermost). */
+  consume(
+    steps: readonly LimiterStep[],
+    prepared: readonly PreparedRule[],
+    store: Consume,
+    request: LimitedRequest | undefined,
+  ): Promise<ResilientConsumption> {
+    let consume = store;
+    for (let i = steps.length - 1; i >= 0; i -= 1) {
+      const step = steps[i];
+      if (!step.consume) continue;
+      const next = consume;
+      consume = (subset) => step.consume!(subset, next, request);
+    }
+    return consume(prepared);
+  }
+
+  /** The outcome shown to the steps (`decided`, then `refused` if a rule refused), which may add to it. */
+  decided(
+    steps: readonly LimiterStep[],
+    outcome: RateLimitOutcome,
+    prepared: readonly PreparedRule[],
+    consumption: ResilientConsumption | undefined,
+  ): RateLimitOutcome {
+    for (const step of steps) step.decided?.(outcome, prepared, consumption);
+    if (outcome.allowed && outcome.decisions.every((decision) => decision.allowed)) return outcome;
+    for (const step of steps) step.refused?.(outcome, prepared, consumption);
+    return outcome;
+  }
+
+  /** The steps that prepare a rule for a request, in order (the first outermost); nearly always none. */
+  private preparing(rule: RateLimitRule): readonly LimiterStep[] {
+    let steps = this.preparingRule.get(rule);
+    if (!steps) {
+      const own = this.forRule(rule).filter((step) => step.prepare);
+      steps = own.length === 0 ? NONE : own;
+      this.preparingRule.set(rule, steps);
+    }
+    return steps;
   }
 
   /** The steps a request of these rules runs, in order; of none (refused before any was prepared), the options'. */
@@ -50,11 +160,12 @@ export class LimiterSteps {
       for (const entry of this.entries) {
         if (entry.uses && !entry.uses(rule)) continue;
         let step = this.made.get(entry);
-        if (!step) this.made.set(entry, (step = entry.make()));
+        if (!step) this.made.set(entry, (step = entry.make(this.kit!)));
         used.push(step);
       }
       steps = used.length === 0 ? NONE : used;
       this.ofRule.set(rule, steps);
+      if (!steps.some((step) => step.prepare || step.consume || step.decided)) this.plain.add(rule);
     }
     return steps;
   }

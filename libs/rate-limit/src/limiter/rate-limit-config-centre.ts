@@ -1,23 +1,7 @@
-/**
- * Run-time values for the rules of one `configKey`. Values may be numbers or strings (as env files
- * and remote config stores carry them); they are validated on use, and an invalid one is ignored.
- */
-export interface RateLimitOverride {
-  /** Units per window: a positive whole number. */
-  count?: unknown;
-  /** A window: ms, or a duration such as `'1m'`. */
-  window?: unknown;
-  /** An algorithm name; a rule whose other options do not suit it (a `lease`, a `burst`) keeps its own. */
-  algorithm?: unknown;
-  /** `'enforce'`, `'shadow'` or `'off'`. */
-  mode?: unknown;
-  /**
-   * Requests the rules of the key do not count, replacing their `allow` (`{}`: none):
-   * `{ addresses, identities, userAgents }` (each user agent with its networks, `{ agent, from }`), as
-   * an object or its JSON. For the module's `allow.configKey`, the module-wide list.
-   */
-  allow?: unknown;
-}
+import type { StepEntry } from './limiter-step.js';
+import type { RateLimitOverride } from './limit-values.js';
+
+export type { RateLimitOverride } from './limit-values.js';
 
 /**
  * Where thresholds live at run time. Asked on every request for rules with a `configKey`, so it
@@ -43,11 +27,11 @@ export abstract class RateLimitConfigCentre {
   abstract get(configKey: string): RateLimitOverride | undefined;
 
   /**
-   * Bans and per-identity overrides, for a centre that holds them (the live ones); default none.
+   * The limiter's steps this centre brings: a live one's bans and per-identity overrides. Default none.
    * @internal
    */
-  identityControls(): IdentityControls | undefined {
-    return undefined;
+  limiterSteps(): readonly StepEntry[] {
+    return [];
   }
 }
 
@@ -57,8 +41,7 @@ export const EVERY_RULE = '*';
 /**
  * What an operator set for single identities while the app runs (`RateLimitManagementService.ban`,
  * `setOverride`), as the limiter reads it per request: from memory, never from the store. A live
- * config centre keeps it (`LiveConfigCentre.identityControls`); the others have none, and the
- * limiter then asks nothing.
+ * config centre keeps it, and its steps read it (`BansStep`, `OverridesStep`); the others have none.
  */
 export interface IdentityControls {
   /** Whether any ban is held: without one, no request is looked up. */

@@ -1,5 +1,6 @@
 import type { RateLimitAlgorithmName } from '../algorithms/algorithm.js';
 import type { RateLimitMode } from '../rules/rate-limit-rule.js';
+import { type RateLimitHit, type RateLimitStanding, capacityOf } from '../store/rate-limit-store.js';
 
 /** An identity's counter under one rule, as `RateLimiterService.inspect` reads it (counting nothing). */
 export interface RateLimitInspection {
@@ -21,4 +22,27 @@ export interface RateLimitInspection {
   resetMs: number;
   /** Ms a `blockFor` penalty has left (0: none). */
   blockedMs: number;
+}
+
+/** A counter's standing as `inspect` reports it, under the thresholds of its hit. */
+export function inspection(
+  rule: string,
+  identity: string,
+  hit: RateLimitHit,
+  mode: RateLimitMode,
+  standing: RateLimitStanding,
+): RateLimitInspection {
+  return {
+    rule,
+    identity,
+    key: hit.key,
+    algorithm: hit.algorithm,
+    limit: hit.limit,
+    windowMs: hit.windowMs,
+    mode,
+    used: Math.max(0, capacityOf(hit) - standing.remaining),
+    remaining: standing.remaining,
+    resetMs: standing.resetMs,
+    blockedMs: standing.blockedMs,
+  };
 }

@@ -1,7 +1,8 @@
-import { HttpException, HttpStatus } from '@nestjs/common';
 import type { RateLimitMode, RateLimitRule } from '../rules/rate-limit-rule.js';
 import type { RateLimitStoreErrorPolicy } from '../resilience/store-error-policy.js';
 import { type RateLimitDecision, type RateLimitRefund, remainingAfter } from '../store/rate-limit-store.js';
+import type { ResilientConsumption } from '../resilience/deciding-store.js';
+import type { PreparedRule } from './prepare-hits.js';
 
 /*
  * What the limiter decided for a request, and how it is told over HTTP: the rate-limit headers of
@@ -107,6 +108,41 @@ export function bothParts(first: RateLimitOutcome, second: RateLimitOutcome): Ra
   return rateLimitOutcome(decisions, second.allowed, second.conditional, second.storeError, second.reserved);
 }
 
+/** The outcome of a store call: each rule's decision, in the order of the rules prepared. */
+export function decidedOutcome(prepared: readonly PreparedRule[], consumption: ResilientConsumption): RateLimitOutcome {
+  const fallback = consumption.storeError !== undefined;
+  const decisions: RuleDecision[] = [];
+  for (let i = 0; i < prepared.length; i += 1) {
+    const { rule, identity, thresholds, hit } = prepared[i];
+    // Field by field, not spread: decisions of several shapes made the spread a slow path.
+    const { allowed, limit, remaining, resetMs, provisional } = consumption.decisions[i];
+    const decision: RuleDecision = {
+      allowed,
+      limit,
+      remaining,
+      resetMs,
+      rule,
+      identity,
+      windowMs: thresholds.windowMs,
+      cost: hit.cost,
+      fallback,
+      mode: thresholds.mode,
+    };
+    if (provisional) decision.provisional = true;
+    decisions.push(decision);
+  }
+  return rateLimitOutcome(
+    decisions,
+    consumption.allowed,
+    NO_CONDITIONAL_UNITS,
+    consumption.storeError,
+    NO_RESERVED_UNITS,
+  );
+}
+
+/** The `conditional` of nearly every outcome: no rule with `countOn`. */
+const NO_CONDITIONAL_UNITS = Object.freeze([]) as unknown as ConditionalUnits[];
+
 /** The `reserved` of nearly every outcome: no rule with `settleCost`. */
 export const NO_RESERVED_UNITS: readonly ReservedUnits[] = Object.freeze([]);
 
@@ -197,76 +233,4 @@ export function rateLimitHeaders(outcome: RateLimitOutcome, style: RateLimitHead
 /** Seconds until the full limit is available again, rounded up. */
 function resetSeconds(decision: RuleDecision): number {
   return Math.max(0, Math.ceil(decision.resetMs / 1000));
-}
-
-/** The 429 body. */
-export interface RateLimitExceptionBody {
-  statusCode: 429;
-  error: 'Too Many Requests';
-  message: string;
-  /** Seconds until a request can be admitted again (the `Retry-After` header's value). */
-  retryAfter: number;
-}
-
-/**
- * Thrown by `RateLimitGuard` when a rule rejects a request: HTTP 429, a JSON body with `retryAfter`
- * (seconds), and the `Retry-After` and `RateLimit-*` headers already set on the response. Catch it
- * with an exception filter to change the body; the headers stay.
- */
-export class RateLimitException extends HttpException {
-  constructor(
-    readonly retryAfterSeconds: number,
-    /** Name of the rule that rejected the request. */
-    readonly ruleName: string,
-    message = rejectionMessage(ruleName, retryAfterSeconds),
-  ) {
-    const body: RateLimitExceptionBody = {
-      statusCode: HttpStatus.TOO_MANY_REQUESTS,
-      error: 'Too Many Requests',
-      message,
-      retryAfter: retryAfterSeconds,
-    };
-    super(body, HttpStatus.TOO_MANY_REQUESTS);
-  }
-}
-
-/** The JSON body of a `RateLimitBannedException`. */
-export interface RateLimitBannedExceptionBody {
-  statusCode: 403 | 429;
-  error: 'Forbidden' | 'Too Many Requests';
-  message: string;
-  /** Seconds until the ban ends (the `Retry-After` header's value). */
-  retryAfter: number;
-}
-
-/**
- * The 403 (or, with `bans: { status: 429 }`, the 429) of a banned identity: `Retry-After` says when
- * the ban ends.
- */
-export class RateLimitBannedException extends HttpException {
-  constructor(
-    readonly retryAfterSeconds: number,
-    /** The rule the ban is on (`'*'`: every rule), or the rule of the request it refused. */
-    readonly ruleName: string,
-    status: 403 | 429 = HttpStatus.FORBIDDEN,
-  ) {
-    const body: RateLimitBannedExceptionBody = {
-      statusCode: status,
-      error: status === HttpStatus.FORBIDDEN ? 'Forbidden' : 'Too Many Requests',
-      message: banMessage(ruleName, retryAfterSeconds),
-      retryAfter: retryAfterSeconds,
-    };
-    super(body, status);
-  }
-}
-
-/** What a refusal by a ban says: of a ban on every rule (`'*'`), no rule's name. */
-export function banMessage(rule: string, retryAfterSeconds: number): string {
-  if (rule === '*') return `Refused: banned; retry in ${retryAfterSeconds} s`;
-  return `Refused: banned (rate limit '${rule}'); retry in ${retryAfterSeconds} s`;
-}
-
-/** What every rejection says, over HTTP, GraphQL and WebSocket alike. */
-export function rejectionMessage(rule: string, retryAfterSeconds: number): string {
-  return `Too many requests (rate limit '${rule}'); retry in ${retryAfterSeconds} s`;
 }

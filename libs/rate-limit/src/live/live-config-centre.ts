@@ -1,9 +1,8 @@
-import {
-  type IdentityControls,
-  RateLimitConfigCentre,
-  type RateLimitOverride,
-} from '../limiter/rate-limit-config-centre.js';
+import type { StepEntry } from '../limiter/limiter-step.js';
+import { RateLimitConfigCentre, type RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
 import type { IdentityEntries } from './identity-entries.js';
+import { BansStep } from './steps/bans.step.js';
+import { OverridesStep } from './steps/overrides.step.js';
 
 /**
  * A config centre whose values can be written while the app runs (`RateLimitManagementService`,
@@ -32,8 +31,11 @@ export abstract class LiveConfigCentre extends RateLimitConfigCentre {
   }
 
   /** @internal */
-  override identityControls(): IdentityControls {
-    return this.identities;
+  override limiterSteps(): readonly StepEntry[] {
+    return [
+      { make: (kit) => new BansStep(this.identities, kit) },
+      { uses: OverridesStep.uses, make: (kit) => new OverridesStep(this.identities, kit) },
+    ];
   }
 
   get(configKey: string): RateLimitOverride | undefined {

@@ -14,6 +14,7 @@ import { SampledLogger } from '../logging/sampled-logger.js';
 import { RedisService } from '../redis/redis.service.js';
 import { RateLimitConfigurationError } from '../rules/rate-limit-rule.js';
 import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
+import { HeldConfigKeys } from './held-config-keys.js';
 import { HeldLimits } from './held-limits.js';
 import { IdentityEntries } from './identity-entries.js';
 import { LiveConfigCentre } from './live-config-centre.js';
@@ -21,13 +22,6 @@ import { LiveLimitsHash, UNUSABLE, isWrongType } from './live-limits-hash.js';
 import { LostControls } from './lost-controls.js';
 import { NestConfigCentre } from '../limiter/nest-config-centre.js';
 import type { RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
-
-/**
- * Config keys held beyond those of the app's rules: keys first asked for by `get` (rules given to
- * `RateLimiterService.consume` as options). Code declares them, so they are few; the bound keeps a
- * caller that makes keys of its input from growing what every re-read asks Redis for.
- */
-const MAX_ASKED_KEYS = 1_000;
 
 /** What a health check asks of the live config. */
 export interface LiveConfigState {
@@ -78,9 +72,7 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
   private readonly logger = new Logger('RateLimit');
   private readonly hash: LiveLimitsHash;
   /** The config keys this instance holds and reads: its rules', and those asked for (`get`). */
-  private readonly known = new Set<string>();
-  private asked = 0;
-  private saidTooManyAsked = false;
+  private readonly known: HeldConfigKeys;
   /** Values in force, by key, as last read. */
   private readonly limits: HeldLimits;
   private readonly refusals: SampledLogger;
@@ -113,6 +105,7 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
       );
     }
     this.hash = new LiveLimitsHash(redis, options.keyPrefix);
+    this.known = new HeldConfigKeys(registry, options.allow?.configKey, this.logger);
     // Sampled as rejection lines are, and written whatever `logging` says: a refused limit is news.
     this.refusals = new SampledLogger(this.logger, {
       ...LOG_SAMPLING,
@@ -176,7 +169,8 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
 
   protected current(configKey: string): RateLimitOverride | undefined {
     const values = this.limits.get(configKey);
-    if (values === undefined && !this.known.has(configKey)) this.learn(configKey);
+    // A key first asked for is held from now on, read at once.
+    if (values === undefined && !this.known.has(configKey) && this.known.ask(configKey)) void this.readOne(configKey);
     return values;
   }
 
@@ -250,14 +244,10 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
 
   private async readHeldKeys(): Promise<void> {
     const subscription = this.subscribed ? this.subscriptions : -1;
-    // The rules' keys: the registry has them from the modules' init, before Redis is first ready.
     // Bans and overrides with the limits: at the start, after a gap, and every refreshMs.
     const identities = this.identities.reload();
     identities.catch(() => undefined); // awaited below, unless the limits' read fails first
-    for (const rule of this.registry.all()) if (rule.configKey !== undefined) this.known.add(rule.configKey);
-    const allowList = this.options.allow?.configKey;
-    if (allowList !== undefined) this.known.add(allowList);
-    const keys = [...this.known];
+    const keys = this.known.all();
     let texts: (string | null)[];
     try {
       // The keys held, never the whole hash: the cost is the rules', whatever else it holds.
@@ -297,21 +287,5 @@ export class RedisConfigCentre extends LiveConfigCentre implements OnApplication
       // whether the hash can be read at all.
       if (isWrongType(error)) this.readSinceSubscribed = false;
     }
-  }
-
-  /** Holds a key first asked for by `get` from now on, read at once. */
-  private learn(configKey: string): void {
-    if (this.asked >= MAX_ASKED_KEYS) {
-      if (!this.saidTooManyAsked) {
-        this.saidTooManyAsked = true;
-        this.logger.warn(
-          `More than ${MAX_ASKED_KEYS} config keys asked for beyond the rules'; '${configKey}' and later ones keep their rules' values (are config keys made of input?)`,
-        );
-      }
-      return;
-    }
-    this.asked += 1;
-    this.known.add(configKey);
-    void this.readOne(configKey);
   }
 }

@@ -109,15 +109,7 @@ function fieldOf(rule: RateLimitRule): string {
 
 function stored(rule: RateLimitRule, ipv6PrefixBits: number): StoredRule {
   // What the CLI checks values against: the thresholds; not what the app runs per request.
-  const {
-    by,
-    cost,
-    skipIf: _skipIf,
-    allow: _allow,
-    settleCost: _settleCost,
-    maxCost: _maxCost,
-    ...options
-  } = ruleOptions(rule);
+  const { by, cost, skipIf: _skipIf, allow: _allow, settleCost: _settleCost, ...options } = ruleOptions(rule);
   return {
     ...options,
     declaredOn: rule.declaredOn,

@@ -12,13 +12,7 @@ export const RATE_LIMIT_DEFAULTS = {
   storeErrors: {
     policy: 'local',
     timeoutMs: 100,
-    circuitBreaker: {
-      failureRatio: 0.3,
-      minimumCalls: 20,
-      windowMs: 10_000,
-      consecutiveFailures: 5,
-      halfOpenAfterMs: 250,
-    },
+    circuitBreaker: { consecutiveFailures: 5, halfOpenAfterMs: 250 },
     localFallback: { expectedInstances: 2 },
     status: 429,
   },
@@ -46,6 +40,16 @@ export const RATE_LIMIT_DEFAULTS = {
   logging: { level: 'warn' },
   ipv6PrefixBits: 64,
 } as const satisfies RateLimitModuleOptions;
+
+/**
+ * The circuit breaker's second trigger, beside `consecutiveFailures`: it opens when this share of
+ * the calls of a sliding window failed or timed out, counting only windows with this many calls. It
+ * catches a Redis that fails one call in three or four and so never fails five in a row. The three
+ * numbers mean something only together, and what a deployment tunes is how soon a Redis that stops
+ * answering is left alone (`consecutiveFailures`, with `timeoutMs`) and how soon it is tried again
+ * (`halfOpenAfterMs`): they stay options; these were options until 0.4.
+ */
+export const CIRCUIT_BREAKER_SHARE = { failureRatio: 0.3, minimumCalls: 20, windowMs: 10_000 } as const;
 
 /** What `failover.waitForReplicas` waits for when it is given without them (it is off by default). */
 export const REPLICA_WAIT_DEFAULTS = { replicas: 1, timeoutMs: 50 } as const;

@@ -82,7 +82,7 @@ export function limiterProvider(extensionSteps: readonly InjectionToken[]): Prov
     ): RateLimiterService => {
       const problems = storeProblemLog(redis);
       const deciding = decidingStore(store, problems, options, observer ?? undefined, redis);
-      const composed = new LimiterSteps(limiterSteps(options, deciding, store, steps));
+      const composed = new LimiterSteps(limiterSteps(options, deciding, store, centre, steps));
       return new RateLimiterService(options, deciding, problems, registry, centre, composed);
     },
   };

@@ -1,5 +1,10 @@
 import { Logger } from '@nestjs/common';
-import { ExemptionProblems } from '../limiter/exemptions.js';
+import { ExemptionProblems, ModuleExemptions } from '../limiter/exemptions.js';
+import type { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
+import { AllowListStep } from '../limiter/steps/allow-list.step.js';
+import { ModuleExemptionsStep } from '../limiter/steps/module-exemptions.step.js';
+import { SkipIfStep } from '../limiter/steps/skip-if.step.js';
+import { TiersStep } from '../limiter/steps/tiers.step.js';
 import type { LimiterStep, StepEntry } from '../limiter/limiter-step.js';
 import { CostReservationsStep } from '../limiter/steps/cost-reservations.step.js';
 import { CountOnStep } from '../limiter/steps/count-on.step.js';
@@ -25,10 +30,29 @@ export function limiterSteps(
   options: ResolvedRateLimitOptions,
   deciding: DecidingStore,
   store: RateLimitStore,
+  centre: RateLimitConfigCentre,
   extensionSteps: readonly StepEntry[],
 ): StepEntry[] {
-  const { clock } = options;
+  const { clock, allow, skipIf } = options;
+  // Where a failed `skipIf`, an allow list a centre gave that cannot be read, or `onNearLimit` is said.
+  const problems = new ExemptionProblems();
   const entries: StepEntry[] = [
+    // The centre's first: a banned identity is refused before any exemption can let it through.
+    ...centre.limiterSteps(),
+    ...(allow || skipIf
+      ? [
+          {
+            make: () =>
+              closing(
+                new ModuleExemptionsStep(new ModuleExemptions(allow?.list, allow?.configKey, skipIf, centre, problems)),
+                problems,
+              ),
+          },
+        ]
+      : []),
+    { uses: SkipIfStep.uses, make: () => closing(new SkipIfStep(problems), problems) },
+    { uses: TiersStep.uses, make: (kit) => new TiersStep(kit) },
+    { uses: AllowListStep.uses, make: () => new AllowListStep() },
     { uses: CountOnStep.uses, make: () => new CountOnStep(options.countOn.inFlightWaitMs) },
     { uses: ShadowStep.uses(options.mode), make: () => new ShadowStep() },
     {
@@ -40,7 +64,7 @@ export function limiterSteps(
         return leasing ? new LeasesStep(leasing, clock ? () => Math.floor(clock()) : () => undefined) : {};
       },
     },
-    { uses: NearLimitStep.uses, make: () => nearLimitStep(options.onNearLimit) },
+    { uses: NearLimitStep.uses, make: () => nearLimitStep(options.onNearLimit, problems) },
     { uses: CostReservationsStep.uses, make: () => new CostReservationsStep() },
   ];
   const { logging } = options;
@@ -71,9 +95,8 @@ function leasingStore(
 }
 
 /** The module's `onNearLimit`, made never to throw into a request: a failure is logged by sampling. */
-function nearLimitStep(onNearLimit: ResolvedRateLimitOptions['onNearLimit']): LimiterStep {
+function nearLimitStep(onNearLimit: ResolvedRateLimitOptions['onNearLimit'], problems: ExemptionProblems): LimiterStep {
   if (!onNearLimit) return new NearLimitStep(undefined);
-  const problems = new ExemptionProblems();
   const step = new NearLimitStep((event) => {
     try {
       const done = onNearLimit(event) as unknown;
@@ -82,5 +105,10 @@ function nearLimitStep(onNearLimit: ResolvedRateLimitOptions['onNearLimit']): Li
       problems.hookFailed('onNearLimit', error);
     }
   });
+  return closing(step, problems);
+}
+
+/** A step that says what its problems log holds at shutdown (each of its steps may: a flush is idempotent). */
+function closing<Step extends LimiterStep>(step: Step, problems: ExemptionProblems): Step {
   return Object.assign(step, { close: () => problems.close() });
 }

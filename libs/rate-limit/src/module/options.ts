@@ -5,10 +5,11 @@ import type { RateLimitHeaderStyle, RateLimitNearLimitEvent } from '../limiter/r
 import type { SampledLogLevel } from '../logging/sampled-logger.js';
 import type { RateLimitStoreErrorPolicy } from '../resilience/store-error-policy.js';
 import type { RateLimitStore } from '../store/rate-limit-store.js';
-import type { RateLimitMode, RateLimitSkipIf } from '../rules/rate-limit-rule.js';
+import type { RateLimitMode, RateLimitOptions } from '../rules/rate-limit-rule.js';
 import type { AllowList, RateLimitAllowList } from '../rules/allow-list.js';
-import type { RateLimitDefaultRule } from '../rules/default-rules.js';
 import type { RateLimitExtension } from './extension.js';
+
+export type { RateLimitStoreErrorPolicy } from '../resilience/store-error-policy.js';
 
 /**
  * How to reach Redis:
@@ -23,16 +24,21 @@ export type RateLimitRedisOptions =
   | { cluster: ClusterNode[]; options?: ClusterOptions }
   | (RedisOptions & { url?: string });
 
+/**
+ * The circuit breaker's settings, as the Redis connection builds its breaker with them: the
+ * `storeErrors.circuitBreaker` options, and the share of failed calls that opens it
+ * (`CIRCUIT_BREAKER_SHARE` in `defaults.ts`, no option).
+ */
 export interface RateLimitCircuitBreakerOptions {
-  /** Open when at least this share of calls in the window failed or timed out. Default 0.3. */
+  /** Open when at least this share of calls in the window failed or timed out. */
   failureRatio?: number;
-  /** ...counting only windows with at least this many calls. Default 20. */
+  /** ...counting only windows with at least this many calls. */
   minimumCalls?: number;
-  /** The window the share is taken over. Default 10 s. */
+  /** The window the share is taken over. */
   windowMs?: number;
-  /** Open after this many failures in a row, whatever the share. Default 5. */
+  /** Open after this many failures in a row, whatever the share. */
   consecutiveFailures?: number;
-  /** Let one probe call through this long after opening; its success closes the circuit. Default 250 ms. */
+  /** Let one probe call through this long after opening; its success closes the circuit. */
   halfOpenAfterMs?: number;
 }
 
@@ -49,8 +55,18 @@ export interface RateLimitStoreErrorOptions {
    * answer, if one comes, still tells the `'local'` fallback the counts). Default 100.
    */
   timeoutMs?: number;
-  /** When to stop calling a failing Redis, or `false` to always call it. */
-  circuitBreaker?: RateLimitCircuitBreakerOptions | false;
+  /**
+   * When to stop calling a failing Redis, or `false` to always call it. It also opens when 30% of
+   * the calls of the last 10 s failed, counting only 20 calls or more (`CIRCUIT_BREAKER_SHARE`).
+   */
+  circuitBreaker?:
+    | {
+        /** Open after this many failures in a row. Default 5. */
+        consecutiveFailures?: number;
+        /** Let one probe call through this long after opening; its success closes the circuit. Default 250 ms. */
+        halfOpenAfterMs?: number;
+      }
+    | false;
   /** The `'local'` fallback. */
   localFallback?: {
     /**
@@ -132,11 +148,18 @@ export interface RateLimitModuleOptions {
 
   // What clients and operators see.
   /**
-   * Rate-limit headers: `'draft-6'` (default: `RateLimit-Limit`, `-Remaining`, `-Reset` of the
-   * tightest rule), `'draft-11'` (`RateLimit-Policy` and `RateLimit` structured fields, one item per
-   * rule), `'x-ratelimit'` (`@nestjs/throttler`'s names) or `false`. Rejections carry `Retry-After`.
+   * Rate-limit headers:
+   * - `'draft-6'` (default): `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` of the
+   *   tightest rule, as draft-ietf-httpapi-ratelimit-headers-06 and earlier name them, and as most
+   *   clients read them today;
+   * - `'draft-11'`: the current draft's structured fields, one item per rule, named after it:
+   *   `RateLimit-Policy: "orders";q=100;w=60` and `RateLimit: "orders";r=97;t=42`;
+   * - `'x-ratelimit'`: `X-RateLimit-Limit`, `-Remaining` and `-Reset`, the names
+   *   `@nestjs/throttler` sends, for clients migrating from it;
+   * - `false`: none.
+   * Whatever the style, a rejected request carries `Retry-After`.
    */
-  headers?: RateLimitHeaderStyle;
+  headers?: 'draft-6' | 'draft-11' | 'x-ratelimit' | false;
   /** Sampling of rejection log lines, or `false` for none. */
   logging?: RateLimitLoggingOptions | false;
 
@@ -153,7 +176,7 @@ export interface RateLimitModuleOptions {
    * One that throws or rejects skips nothing (the request is decided as usual; the error is logged
    * by sampling).
    */
-  skipIf?: RateLimitSkipIf;
+  skipIf?: RateLimitOptions['skipIf'];
 
   // What clients and operators see (continued).
   /**
@@ -206,7 +229,13 @@ export interface RateLimitModuleExtras {
    *
    * @example defaults: [{ count: 100, window: '1m' }]   // 100 per minute per client IP, on every route
    */
-  defaults?: readonly RateLimitDefaultRule[];
+  defaults?: readonly (RateLimitOptions & {
+    /**
+     * `'route'` (default, as `@nestjs/throttler` counts): each handler counts on a counter of its
+     * own; `'app'`: one counter per identity for every handler the rule covers.
+     */
+    scope?: 'route' | 'app';
+  })[];
   /**
    * Parts added to the module, each from the entry that ships it (`RateLimitExtension`): live
    * limits' management from `nest-rate-limit/live`, metrics, health and the key audit from
@@ -259,7 +288,7 @@ export interface ResolvedRateLimitOptions {
   clock: (() => number) | undefined;
   /** The module-wide `allow` list, if any, and its config key. */
   allow: { list: AllowList | undefined; configKey: string | undefined } | undefined;
-  skipIf: RateLimitSkipIf | undefined;
+  skipIf: RateLimitOptions['skipIf'];
   onNearLimit: ((event: RateLimitNearLimitEvent) => void | Promise<void>) | undefined;
   bans: { status: 403 | 429 };
 }

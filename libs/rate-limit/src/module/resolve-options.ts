@@ -6,6 +6,7 @@ import { RATE_LIMIT_MODES, RateLimitConfigurationError } from '../rules/rate-lim
 import { RateLimitStore } from '../store/rate-limit-store.js';
 import {
   BLOCK_CACHE_MAX_KEYS,
+  CIRCUIT_BREAKER_SHARE,
   KEY_AUDIT_INTERVAL_MS,
   LOCAL_FALLBACK_BOUND,
   LOG_SAMPLING,
@@ -31,7 +32,7 @@ const FIELDS = {
   liveConfig: ['refreshMs'],
   memoryStore: ['maxKeys'],
   storeErrors: ['policy', 'timeoutMs', 'circuitBreaker', 'localFallback', 'status'],
-  'storeErrors.circuitBreaker': ['failureRatio', 'minimumCalls', 'windowMs', 'consecutiveFailures', 'halfOpenAfterMs'],
+  'storeErrors.circuitBreaker': ['consecutiveFailures', 'halfOpenAfterMs'],
   'storeErrors.localFallback': ['expectedInstances'],
   failover: ['detectLostWrites', 'marker', 'waitForReplicas'],
   'failover.waitForReplicas': ['replicas', 'timeoutMs'],
@@ -40,13 +41,19 @@ const FIELDS = {
   bans: ['status'],
 } as const;
 
-/** Options of 0.2 that 0.3 fixed as constants (`defaults.ts`): what each now is, so an upgrade is told. */
+/** Options that a version fixed as constants (`defaults.ts`): since when, and what each now is, so an upgrade is told. */
 const REMOVED: Record<string, string> = {
-  'blockCache.maxKeys': `the block cache holds ${BLOCK_CACHE_MAX_KEYS} keys; give blockCache: true or false`,
-  'storeErrors.localFallback.safetyFactor': `the instances together admit at most ${LOCAL_FALLBACK_BOUND}x the limit in a window the fallback decides`,
-  'logging.intervalMs': `rejection lines are sampled per ${LOG_SAMPLING.intervalMs} ms; only 'level' remains`,
-  'logging.maxLinesPerSecond': `at most ${LOG_SAMPLING.maxLinesPerSecond} rejection lines a second; only 'level' remains`,
-  keyAudit: `the background key audit runs every ${KEY_AUDIT_INTERVAL_MS} ms`,
+  'blockCache.maxKeys': `(0.3): the block cache holds ${BLOCK_CACHE_MAX_KEYS} keys; give blockCache: true or false`,
+  'storeErrors.localFallback.safetyFactor': `(0.3): the instances together admit at most ${LOCAL_FALLBACK_BOUND}x the limit in a window the fallback decides`,
+  'logging.intervalMs': `(0.3): rejection lines are sampled per ${LOG_SAMPLING.intervalMs} ms; only 'level' remains`,
+  'logging.maxLinesPerSecond': `(0.3): at most ${LOG_SAMPLING.maxLinesPerSecond} rejection lines a second; only 'level' remains`,
+  keyAudit: `(0.3): the background key audit runs every ${KEY_AUDIT_INTERVAL_MS} ms`,
+  ...Object.fromEntries(
+    Object.keys(CIRCUIT_BREAKER_SHARE).map((name) => [
+      `storeErrors.circuitBreaker.${name}`,
+      `(0.4): the circuit also opens when ${CIRCUIT_BREAKER_SHARE.failureRatio * 100}% of the calls of the last ${CIRCUIT_BREAKER_SHARE.windowMs / 1000} s failed, counting ${CIRCUIT_BREAKER_SHARE.minimumCalls} calls or more; consecutiveFailures and halfOpenAfterMs remain`,
+    ]),
+  ),
 };
 
 /** Options of 0.3 that became extensions (0.4), made only for an app that adds them. */
@@ -91,7 +98,7 @@ export function resolveModuleOptions(
         if (field === '' && Object.hasOwn(EXTENSIONS, name)) {
           fail(path, `is now an extension: extensions: [${EXTENSIONS[name]}]`);
         }
-        if (Object.hasOwn(REMOVED, path)) fail(path, `is no longer an option (0.3): ${REMOVED[path]}`);
+        if (Object.hasOwn(REMOVED, path)) fail(path, `is no longer an option ${REMOVED[path]}`);
         fail(path, `is no option (known: ${FIELDS[field].join(', ')})`);
       }
     }
@@ -150,15 +157,9 @@ export function resolveModuleOptions(
   if (storeErrors.circuitBreaker !== false) {
     const given = group('storeErrors.circuitBreaker', storeErrors.circuitBreaker);
     const defaults = D.storeErrors.circuitBreaker;
-    const ratio = given.failureRatio ?? defaults.failureRatio;
-    if (typeof ratio !== 'number' || !(ratio > 0 && ratio <= 1)) {
-      fail('storeErrors.circuitBreaker.failureRatio', 'must be a number above 0 and at most 1', ratio);
-    }
     const field = (name: keyof typeof defaults) => `storeErrors.circuitBreaker.${name}`;
     circuitBreaker = {
-      failureRatio: ratio,
-      minimumCalls: positive(field('minimumCalls'), given.minimumCalls, defaults.minimumCalls),
-      windowMs: positive(field('windowMs'), given.windowMs, defaults.windowMs),
+      ...CIRCUIT_BREAKER_SHARE,
       consecutiveFailures: positive(
         field('consecutiveFailures'),
         given.consecutiveFailures,
@@ -203,7 +204,7 @@ export function resolveModuleOptions(
   if (typeof blockCache !== 'boolean') {
     const given: unknown = blockCache;
     if (given !== null && typeof given === 'object' && 'maxKeys' in given) {
-      fail('blockCache.maxKeys', `is no longer an option (0.3): ${REMOVED['blockCache.maxKeys']}`);
+      fail('blockCache.maxKeys', `is no longer an option ${REMOVED['blockCache.maxKeys']}`);
     }
     fail('blockCache', 'must be true or false', given);
   }

@@ -42,9 +42,12 @@ export function groupBySlot(keys: readonly string[], cluster: boolean): number[]
   return [...bySlot.values()];
 }
 
-/** Whether the hits' keys share one slot (one call), without grouping them: the fast path asks. */
-export function inOneSlot(hits: readonly RateLimitHit[], cluster: boolean): boolean {
-  if (!cluster || hits.length === 1) return true;
+/**
+ * Whether the hits' keys share one Cluster slot (one call), without grouping them: the fast path
+ * asks. (A standalone server takes any keys in one call.)
+ */
+export function inOneSlot(hits: readonly RateLimitHit[]): boolean {
+  if (hits.length === 1) return true;
   const slot = calculateSlot(hits[0].key);
   return hits.every((hit) => calculateSlot(hit.key) === slot);
 }

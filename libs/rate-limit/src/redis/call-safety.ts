@@ -10,29 +10,17 @@ import {
 } from 'cockatiel';
 import { SampledLogger } from '../logging/sampled-logger.js';
 import type { RateLimitCircuitBreakerOptions } from '../module/options.js';
+import { RedisTimeoutError } from './redis-timeout.js';
+
+export { RedisTimeoutError } from './redis-timeout.js';
 
 /*
  * What keeps a request's call to Redis from hanging the request or piling onto a failing server:
  * a deadline per call, on one timer for all of them (`CallDeadlines`), and the circuit breaker
  * that stops calling while Redis fails (`RedisCircuitBreaker`). `ScriptRunner` puts every
- * request's call through both.
+ * request's call through both. (A single call off the request path has a deadline of its own:
+ * `withDeadline`, in `redis-timeout.ts`.)
  */
-
-/** Raised when Redis does not answer a call within `storeErrors.timeoutMs`. */
-export class RedisTimeoutError extends Error {
-  override readonly name = 'RedisTimeoutError';
-
-  /**
-   * @param answer the call itself, when it went out: a Redis that is slow, not down, still runs it
-   *   and answers late, and the answer tells the truth about the counters (`lateAnswer`).
-   */
-  constructor(
-    message: string,
-    readonly answer?: Promise<unknown>,
-  ) {
-    super(message);
-  }
-}
 
 interface Deadline {
   /** On `performance.now()`; Infinity while the call has not gone out (`sent`). */
@@ -164,29 +152,6 @@ export class CallDeadlines {
       this.arm(this.queue[this.head].at - now);
     }
   };
-}
-
-/**
- * Rejects with `RedisTimeoutError` when `promise` has not settled `ms` after the call, as Redis sees
- * it, not as a stalled event loop sees it (the verdict waits for `setImmediate`, as `CallDeadlines`
- * explains). For the calls off the request path: connecting, operators' calls, WAIT, QUIT.
- */
-export function withDeadline<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    let settled = false;
-    const settle = (end: () => void) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      end();
-    };
-    const timeout = () => reject(new RedisTimeoutError(`Redis did not answer ${what} within ${ms} ms`));
-    const timer = setTimeout(() => setImmediate(() => settle(timeout)), ms);
-    promise.then(
-      (value) => settle(() => resolve(value)),
-      (error: unknown) => settle(() => reject(error)),
-    );
-  });
 }
 
 export type CircuitBreakerState = 'closed' | 'open' | 'half-open';

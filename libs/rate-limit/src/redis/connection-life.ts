@@ -1,6 +1,6 @@
 import type { LoggerService } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
-import { withDeadline } from './call-safety.js';
+import { withDeadline } from './redis-timeout.js';
 import { isCluster } from './is-cluster.js';
 import { mastersOf } from './masters.js';
 import { reconnectDelay } from './redis-connection.js';

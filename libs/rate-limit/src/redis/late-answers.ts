@@ -1,5 +1,6 @@
 import { LATE_ANSWER_GRACE_MS, SLOW_REDIS_MEMORY_MS } from '../module/defaults.js';
-import { type CallOutcomes, type RedisCircuitBreaker, RedisTimeoutError } from './call-safety.js';
+import type { RedisCircuitBreaker } from './call-safety.js';
+import { RedisTimeoutError } from './redis-timeout.js';
 
 /**
  * What becomes of a request's call past its deadline. The request is decided at the deadline, by
@@ -15,15 +16,18 @@ import { type CallOutcomes, type RedisCircuitBreaker, RedisTimeoutError } from '
  * SLOW_REDIS_MEMORY_MS, and none was answered since: the fallback then shares all of what Redis
  * last reported left, not only the margin a slow Redis leaves.
  */
-export class LateAnswers implements CallOutcomes {
+export class LateAnswers {
   /** Calls past their deadline, as judged: answered late, or not within LATE_ANSWER_GRACE_MS. */
   readonly counts = { answered: 0, unanswered: 0 };
   /** When (`performance.now()`) a call past its deadline was last left unanswered. */
   private lastUnansweredAt = -Infinity;
-  /** A call went unanswered, and none has been answered since (on time or late). */
-  private down = false;
+  /**
+   * A call went unanswered, and none has been answered since (on time or late). Read by the runner
+   * on every call answered on time, which says Redis is up (`answeredOnTime`).
+   */
+  down = false;
 
-  /** @param breaker told how each call ended, late ones once judged */
+  /** @param breaker told how each late call ended, once judged */
   constructor(private readonly breaker: RedisCircuitBreaker | undefined) {}
 
   /** Whether Redis seems down rather than slow: a call went unanswered lately, and none was answered since. */
@@ -31,10 +35,9 @@ export class LateAnswers implements CallOutcomes {
     return this.down && performance.now() - this.lastUnansweredAt < SLOW_REDIS_MEMORY_MS;
   }
 
-  succeeded(): void {
-    // An answer on time says Redis is back (a boolean: this runs on every call).
-    if (this.down) this.down = false;
-    this.breaker?.succeeded();
+  /** A call was answered on time while Redis seemed down: it is back. */
+  answeredOnTime(): void {
+    this.down = false;
   }
 
   /** A call failed: one past its deadline rejects now, and is judged when its answer comes, or does not. */

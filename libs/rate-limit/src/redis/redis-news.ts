@@ -1,7 +1,7 @@
 import type { LoggerService } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
 import type { LiftedKeysWatcher } from '../store/rate-limit-store.js';
-import { withDeadline } from './call-safety.js';
+import { withDeadline } from './redis-timeout.js';
 import { OPERATION_TIMEOUT_MS } from './script-runner.js';
 import { INSTANCE_COUNT_REFRESH_MS } from '../module/defaults.js';
 import { isCluster } from './is-cluster.js';

@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
-import { withDeadline } from './call-safety.js';
+import { withDeadline } from './redis-timeout.js';
 import { ConnectionLife } from './connection-life.js';
 import { REDIS_CONNECTION, type RedisConnection } from './redis-connection.js';
 import { RedisMemory } from './redis-memory.js';

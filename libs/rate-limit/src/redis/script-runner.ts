@@ -5,9 +5,10 @@ import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from '../algorithms/algo
 import type { LoggerService } from '@nestjs/common';
 import { LOG_SAMPLING } from '../module/defaults.js';
 import type { RateLimitCircuitBreakerOptions } from '../module/options.js';
-import { CallDeadlines, type CircuitBreakerState, RedisCircuitBreaker, withDeadline } from './call-safety.js';
+import { CallDeadlines, type CallOutcomes, type CircuitBreakerState, RedisCircuitBreaker } from './call-safety.js';
 import { LateAnswers } from './late-answers.js';
 import { mastersOf } from './masters.js';
+import { withDeadline } from './redis-timeout.js';
 
 /** The deadline of an operator's call (`runOperation`, `operation`). */
 export const OPERATION_TIMEOUT_MS = 2_000;
@@ -25,8 +26,20 @@ export class ScriptRunner {
   private readonly deadlines: CallDeadlines;
   private readonly batches: WriteBatches;
   private readonly breaker: RedisCircuitBreaker | undefined;
-  /** How calls past their deadline end (they tell the breaker how every call ended). */
-  private readonly outcomes: LateAnswers;
+  /** How calls past their deadline end (they tell the breaker how each ended, once judged). */
+  private readonly late: LateAnswers;
+  /**
+   * How each request's call ended, told in the step that settles it. This runs on every call: an
+   * answer on time is a success for the breaker, and says Redis is up again if it seemed down; a
+   * failure goes to `LateAnswers`, which judges a call past its deadline when its answer comes.
+   */
+  private readonly ended: CallOutcomes = {
+    succeeded: () => {
+      if (this.late.down) this.late.answeredOnTime();
+      this.breaker?.succeeded();
+    },
+    failed: (error) => this.late.failed(error),
+  };
 
   /** @param circuitBreaker the breaker's options; none: no breaker. */
   constructor(
@@ -36,7 +49,7 @@ export class ScriptRunner {
     private readonly logger: LoggerService,
   ) {
     if (circuitBreaker) this.breaker = new RedisCircuitBreaker(circuitBreaker, logger, LOG_SAMPLING.intervalMs);
-    this.outcomes = new LateAnswers(this.breaker);
+    this.late = new LateAnswers(this.breaker);
     this.deadlines = new CallDeadlines(timeoutMs);
     this.batches = new WriteBatches(client, () => this.deadlines.sent());
   }
@@ -62,7 +75,7 @@ export class ScriptRunner {
       );
     }
     const held = this.batches.hold();
-    return this.deadlines.track(script.run(this.client, keys, args), script.name, this.outcomes, held);
+    return this.deadlines.track(script.run(this.client, keys, args), script.name, this.ended, held);
   }
 
   /**
@@ -124,12 +137,12 @@ export class ScriptRunner {
    * `unanswered` a second later (failures for the circuit breaker).
    */
   get lateCalls(): { answered: number; unanswered: number } {
-    return { ...this.outcomes.counts };
+    return { ...this.late.counts };
   }
 
   /** Whether Redis seems down rather than slow (`LateAnswers.redisSeemsDown`): for the local fallback. */
   get seemsDown(): boolean {
-    return this.outcomes.redisSeemsDown;
+    return this.late.redisSeemsDown;
   }
 
   /** The app stops: writes the breaker's transitions not reported yet. */

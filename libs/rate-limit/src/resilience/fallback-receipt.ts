@@ -1,4 +1,6 @@
 import type { RateLimitHit, RateLimitReceipt, RateLimitRefund } from '../store/rate-limit-store.js';
+import type { LastSeenKeys } from './last-seen.js';
+import type { UnitsToRecord } from './pending-units.js';
 
 /**
  * The receipt of a `settleCost` admission the local fallback decided while the store was out: its
@@ -67,4 +69,36 @@ export function settleFallbackAdmissions<T extends RateLimitRefund>(
     else rest.push(settlement);
   }
   return rest;
+}
+
+/**
+ * A `settleCost` admission the fallback decided cost `units` more than it reserved (fewer, if
+ * negative): counted in its window here, and with the units to record in the store. An overdraft
+ * is recorded whatever became of the reservation (the store never heard of it); a refund comes off
+ * only a reservation that waits to be recorded, while it waits (one recorded, or that may have run
+ * in the store, stays counted: the safe side).
+ */
+export function settleInFallback(
+  fallback: { readonly lastSeen: LastSeenKeys; readonly pending: UnitsToRecord },
+  hit: RateLimitHit,
+  units: number,
+  receipt: FallbackReceipt,
+  now: number,
+): void {
+  const { lastSeen, pending } = fallback;
+  const { windowEndsAt } = receipt;
+  const seen = lastSeen.get(hit.key);
+  if (seen && Math.abs(seen.resetAt - windowEndsAt) <= lastSeen.matchMs(hit)) {
+    seen.admitted = Math.max(0, seen.admitted + units);
+  }
+  if (windowEndsAt <= now || units === 0) return;
+  if (units > 0) {
+    pending.add({ ...hit, cost: units }, windowEndsAt, now);
+    return;
+  }
+  const waiting = receipt.recorded ? pending.get(hit.key) : undefined;
+  if (!waiting || waiting.until <= now) return;
+  const left = waiting.hit.cost + units;
+  if (left > 0) waiting.hit = { ...waiting.hit, cost: left };
+  else pending.delete(hit.key);
 }

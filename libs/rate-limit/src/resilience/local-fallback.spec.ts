@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { RateLimitConsumption, RateLimitHit } from '../store/rate-limit-store.js';
 import { LocalFallback } from './local-fallback.js';
+import { ReportedWindows } from './resilient-store.js';
 
 const hit = (key: string, limit = 5, windowMs = 1_000): RateLimitHit => ({
   key,
@@ -28,7 +29,7 @@ const admitted = (fallback: LocalFallback, request: RateLimitHit, n: number, now
   Array.from({ length: n }, () => fallback.consume([request], now, unsent).allowed).filter(Boolean).length;
 
 const fallbackFor = (instances: number | undefined, expectedInstances = 2) =>
-  new LocalFallback({ instances: () => instances, expectedInstances, maxKeys: 100 });
+  new LocalFallback(new ReportedWindows(100), { instances: () => instances, expectedInstances, maxKeys: 100 });
 
 describe('LocalFallback: each instance takes its share of the limit, at most 1.05x in all', () => {
   it('of a window Redis never reported on: limit / instances counted on Redis, rounded up within 1.05x', () => {
@@ -49,7 +50,7 @@ describe('LocalFallback: each instance takes its share of the limit, at most 1.0
 
   it('of what Redis last said was left in the window, for the rest of it, then afresh', () => {
     const fallback = fallbackFor(3);
-    fallback.remember([hit('a', 30)], answer(30, 15, 800), 200); // window ends at 1,000
+    fallback.lastSeen.remember([hit('a', 30)], answer(30, 15, 800), 200); // window ends at 1,000
     expect(admitted(fallback, hit('a', 30), 10, 300)).toBe(5); // (30 - 15) / 3
     expect(admitted(fallback, hit('a', 30), 10, 900)).toBe(0);
     expect(admitted(fallback, hit('a', 30), 20, 1_000)).toBe(10); // a window Redis has not reported on
@@ -57,8 +58,8 @@ describe('LocalFallback: each instance takes its share of the limit, at most 1.0
 
   it('learns from late answers, keeping the highest count of a window', () => {
     const fallback = fallbackFor(3);
-    fallback.remember([hit('a')], answer(5, 5, 700), 300);
-    fallback.remember([hit('a')], answer(5, 2, 690), 310); // an older answer, arriving later
+    fallback.lastSeen.remember([hit('a')], answer(5, 5, 700), 300);
+    fallback.lastSeen.remember([hit('a')], answer(5, 2, 690), 310); // an older answer, arriving later
     expect(admitted(fallback, hit('a'), 5, 320)).toBe(0);
   });
 
@@ -67,7 +68,7 @@ describe('LocalFallback: each instance takes its share of the limit, at most 1.0
     // Redis stalled: the first decision starts a window here at 100 (to 1,100)...
     expect(admitted(fallback, hit('a', 30), 20, 100)).toBe(10);
     // ...and Redis ran the late calls at 400: its window ends at 1,400, six counted.
-    fallback.remember([hit('a', 30)], answer(30, 6, 1_000), 400);
+    fallback.lastSeen.remember([hit('a', 30)], answer(30, 6, 1_000), 400);
     // (30 - 6) / 3 = 8, and 10 were admitted here in that second already.
     expect(admitted(fallback, hit('a', 30), 5, 500)).toBe(0);
   });
@@ -75,7 +76,7 @@ describe('LocalFallback: each instance takes its share of the limit, at most 1.0
   it('starts afresh in a window of Redis that begins after the guessed one', () => {
     const fallback = fallbackFor(3);
     expect(admitted(fallback, hit('a', 30), 20, 0)).toBe(10); // guessed: 0 to 1,000
-    fallback.remember([hit('a', 30)], answer(30, 0, 1_000), 1_050); // Redis's: 1,050 to 2,050
+    fallback.lastSeen.remember([hit('a', 30)], answer(30, 0, 1_000), 1_050); // Redis's: 1,050 to 2,050
     expect(admitted(fallback, hit('a', 30), 20, 1_100)).toBe(10);
   });
 
@@ -95,18 +96,18 @@ describe('LocalFallback: each instance takes its share of the limit, at most 1.0
     const fallback = fallbackFor(1);
     admitted(fallback, hit('sent'), 2, 0, false);
     admitted(fallback, hit('unsent'), 3, 0, true);
-    const pending = fallback.takePending(10);
+    const pending = fallback.pending.take(10);
     expect(pending.map((units) => [units.hit.key, units.hit.cost, units.until])).toEqual([['unsent', 3, 1_000]]);
-    expect(fallback.hasPendingIn(new Set(['']))).toBe(false);
-    fallback.putBack(pending);
-    expect(fallback.takePending(10).map((units) => units.hit.cost)).toEqual([3]);
+    expect(fallback.pending.hasIn(new Set(['']))).toBe(false);
+    fallback.pending.putBack(pending);
+    expect(fallback.pending.take(10).map((units) => units.hit.cost)).toEqual([3]);
     // Units of a window that is over are not recorded.
     admitted(fallback, hit('late'), 1, 0, true);
-    expect(fallback.takePending(1_000)).toEqual([]);
+    expect(fallback.pending.take(1_000)).toEqual([]);
   });
 
   it("records a shard's units once that shard answers, the others' later", () => {
-    const fallback = new LocalFallback({
+    const fallback = new LocalFallback(new ReportedWindows(100), {
       expectedInstances: 1,
       maxKeys: 100,
       shardOf: (key) => key.slice(0, 1),
@@ -114,43 +115,43 @@ describe('LocalFallback: each instance takes its share of the limit, at most 1.0
     admitted(fallback, hit('a1'), 2, 0);
     admitted(fallback, hit('b1'), 1, 0);
     admitted(fallback, hit('b2'), 1, 0);
-    expect(fallback.hasPendingIn(new Set(['c']))).toBe(false);
-    const taken = fallback.takePending(10, new Set(['b'])).map((units) => [units.hit.key, units.hit.cost]);
+    expect(fallback.pending.hasIn(new Set(['c']))).toBe(false);
+    const taken = fallback.pending.take(10, new Set(['b'])).map((units) => [units.hit.key, units.hit.cost]);
     expect(taken.sort()).toEqual([
       ['b1', 1],
       ['b2', 1],
     ]);
-    expect(fallback.hasPendingIn(new Set(['b']))).toBe(false);
-    expect(fallback.hasPendingIn(new Set(['a', 'b']))).toBe(true);
-    expect(fallback.takePending(10, new Set(['a'])).map((units) => [units.hit.key, units.hit.cost])).toEqual([
+    expect(fallback.pending.hasIn(new Set(['b']))).toBe(false);
+    expect(fallback.pending.hasIn(new Set(['a', 'b']))).toBe(true);
+    expect(fallback.pending.take(10, new Set(['a'])).map((units) => [units.hit.key, units.hit.cost])).toEqual([
       ['a1', 2],
     ]);
-    expect(fallback.hasPendingIn(new Set(['a']))).toBe(false);
+    expect(fallback.pending.hasIn(new Set(['a']))).toBe(false);
   });
 
   it('counts what the other instances admitted since it last heard, at their rate, until the failed call went out', () => {
     const fallback = fallbackFor(3);
     // The key grew from 10 to 16 over 300 ms as this instance heard it: 0.02 units per ms in all.
-    fallback.remember([hit('a', 30)], answer(30, 10, 1_000), 0);
-    fallback.remember([hit('a', 30)], answer(30, 16, 700), 300);
+    fallback.lastSeen.remember([hit('a', 30)], answer(30, 10, 1_000), 0);
+    fallback.lastSeen.remember([hit('a', 30)], answer(30, 16, 700), 300);
     // The failed call went out 300 ms later: the two others admitted 2/3 of 6 meanwhile, 4.
     // (30 - 20) / 3 up is 4, past 1.05x: 3 each.
     expect(fallback.consume([hit('a', 30)], 900, true, false, 600).decisions[0].remaining).toBe(2);
     // Not told when the call went out: until the decision, 0.02 x 600 x 2/3 = 8, 24 used, 2 each.
     const unknown = fallbackFor(3);
-    unknown.remember([hit('a', 30)], answer(30, 10, 1_000), 0);
-    unknown.remember([hit('a', 30)], answer(30, 16, 700), 300);
+    unknown.lastSeen.remember([hit('a', 30)], answer(30, 10, 1_000), 0);
+    unknown.lastSeen.remember([hit('a', 30)], answer(30, 16, 700), 300);
     expect(admitted(unknown, hit('a', 30), 5, 900)).toBe(2);
     // A lone instance heard every admission: nothing to add.
     const lone = fallbackFor(1);
-    lone.remember([hit('a', 30)], answer(30, 10, 1_000), 0);
-    lone.remember([hit('a', 30)], answer(30, 16, 700), 300);
+    lone.lastSeen.remember([hit('a', 30)], answer(30, 10, 1_000), 0);
+    lone.lastSeen.remember([hit('a', 30)], answer(30, 16, 700), 300);
     expect(admitted(lone, hit('a', 30), 20, 900)).toBe(14);
   });
 
   it('holds the share it took of a window until the window ends, Redis answering again or not', () => {
     const fallback = fallbackFor(3);
-    fallback.remember([hit('a', 30)], answer(30, 15, 800), 200); // window ends at 1,000
+    fallback.lastSeen.remember([hit('a', 30)], answer(30, 15, 800), 200); // window ends at 1,000
     expect(admitted(fallback, hit('a', 30), 10, 300)).toBe(5); // (30 - 15) / 3
     // Redis is back, and admits: this instance has no share left in the window.
     expect(fallback.holdsShares([hit('a', 30)], 400)).toBe(false);
@@ -162,7 +163,7 @@ describe('LocalFallback: each instance takes its share of the limit, at most 1.0
 
   it('holds a share for 10 s after its last local decision at most, however long the window', () => {
     const fallback = fallbackFor(3);
-    fallback.remember([hit('a', 30, 3_600_000)], answer(30, 15, 3_600_000), 0); // an hour-long window
+    fallback.lastSeen.remember([hit('a', 30, 3_600_000)], answer(30, 15, 3_600_000), 0); // an hour-long window
     expect(admitted(fallback, hit('a', 30, 3_600_000), 10, 100)).toBe(5); // a blip at 100 ms
     expect(fallback.holdsShares([hit('a', 30, 3_600_000)], 10_099)).toBe(false);
     expect(fallback.holdsShares([hit('a', 30, 3_600_000)], 10_100)).toBe(true);
@@ -170,7 +171,7 @@ describe('LocalFallback: each instance takes its share of the limit, at most 1.0
 
   it('counts what Redis admits within a held share against it', () => {
     const fallback = fallbackFor(3);
-    fallback.remember([hit('a', 30)], answer(30, 15, 800), 200);
+    fallback.lastSeen.remember([hit('a', 30)], answer(30, 15, 800), 200);
     expect(admitted(fallback, hit('a', 30), 2, 300)).toBe(2); // 2 of its 5
     const redisAdmits = () => fallback.holdsShares([hit('a', 30)], 400);
     expect([redisAdmits(), redisAdmits(), redisAdmits(), redisAdmits()]).toEqual([true, true, true, false]);
@@ -183,7 +184,7 @@ describe('LocalFallback: each instance takes its share of the limit, at most 1.0
     expect(admitted(fallbackFor(3), hit('a', 50), 20, 0, false)).toBe(3); // 10 / 3
     // What Redis last said counts when it is above the limit (a changed limit, a failover).
     const fallback = fallbackFor(2);
-    fallback.remember([hit('b', 50)], answer(50, 58, 800), 0);
+    fallback.lastSeen.remember([hit('b', 50)], answer(50, 58, 800), 0);
     expect(admitted(fallback, hit('b', 50), 5, 100, false)).toBe(1); // (60 - 58) / 2
     // A lone instance heard every admission Redis made (its calls on a key run in order): what
     // Redis last left is its own.
@@ -229,7 +230,7 @@ describe('LocalFallback: a slow Redis, decided at the deadline and settled by it
     // Redis runs them when its stall ends: it admits two, the window then full.
     const late = [answer(5, 4, 2_000), answer(5, 5, 2_000), refusal(5, 2_000)];
     for (const consumption of late) {
-      fallback.remember([request], consumption, 300);
+      fallback.lastSeen.remember([request], consumption, 300);
       fallback.reconcile([request], consumption, false, 300);
     }
     expect(fallback.hasBanked).toBe(true);
@@ -244,10 +245,10 @@ describe('LocalFallback: a slow Redis, decided at the deadline and settled by it
     const request = hit('a', 2, 2_000);
     // A lone instance heard every admission Redis made: what Redis left is its own, not only the margin.
     expect(admitted(fallback, request, 3, 100, false)).toBe(2);
-    fallback.remember([request], answer(2, 1, 1_800), 300);
+    fallback.lastSeen.remember([request], answer(2, 1, 1_800), 300);
     fallback.reconcile([request], answer(2, 1, 1_800), true, 300); // Redis admitted it too
     fallback.reconcile([request], refusal(2, 1_800), true, 300); // Redis refused it: to record
-    expect(fallback.takePending(300).map(({ hit: { cost } }) => cost)).toEqual([1]);
+    expect(fallback.pending.take(300).map(({ hit: { cost } }) => cost)).toEqual([1]);
     // One counted in Redis, one admitted here to record: the limit, whatever Redis answered.
     expect(admitted(fallback, request, 3, 400, false)).toBe(0);
   });
@@ -256,7 +257,7 @@ describe('LocalFallback: a slow Redis, decided at the deadline and settled by it
     const fallback = fallbackFor(3);
     const request = hit('a', 5, 1_000);
     fallback.consume([request], 100, false);
-    fallback.remember([request], answer(5, 1, 1_000), 200);
+    fallback.lastSeen.remember([request], answer(5, 1, 1_000), 200);
     fallback.reconcile([request], answer(5, 1, 1_000), false, 200);
     expect(fallback.takeBanked([request], 1_200)).toBeUndefined();
     expect(fallback.hasBanked).toBe(false);
@@ -268,7 +269,7 @@ describe('LocalFallback: a margin admission Redis admitted too', () => {
     const fallback = fallbackFor(2);
     const request = hit('a', 10, 2_000);
     expect(admitted(fallback, request, 3, 100, false)).toBe(1); // (12 - 10) / 2
-    fallback.remember([request], answer(10, 1, 1_900), 200);
+    fallback.lastSeen.remember([request], answer(10, 1, 1_900), 200);
     fallback.reconcile([request], answer(10, 1, 1_900), true, 200);
     expect(admitted(fallback, request, 3, 300, false)).toBe(1);
   });
@@ -286,7 +287,7 @@ describe('LocalFallback: one window named by late answers read over a busy event
       [refusal(5, 2_000), 400],
     ];
     for (const [consumption, at] of late) {
-      fallback.remember([request], consumption, at);
+      fallback.lastSeen.remember([request], consumption, at);
       fallback.reconcile([request], consumption, false, at);
     }
     expect(admitted(fallback, request, 3, 500, false)).toBe(2);
@@ -299,10 +300,10 @@ describe('LocalFallback: a window guessed here, then reported by Redis', () => {
     const request = hit('a', 5, 2_000);
     fallback.consume([request], 100, false); // guessed: ends at 2,100
     // Redis ran it when its stall ended, 45 ms later by its report: one window, ending at 2,145.
-    fallback.remember([request], answer(5, 1, 2_000), 145);
+    fallback.lastSeen.remember([request], answer(5, 1, 2_000), 145);
     fallback.reconcile([request], answer(5, 1, 2_000), false, 145);
     // An answer on time, read 60 ms late by a busy loop: the window's end reads 2,205.
-    fallback.remember([request], refusal(5, 2_000), 205);
+    fallback.lastSeen.remember([request], refusal(5, 2_000), 205);
     expect(fallback.takeBanked([request], 210)?.allowed).toBe(true);
   });
 });

@@ -1,7 +1,9 @@
-import { LRUCache } from 'lru-cache';
 import { LOCAL_FALLBACK_BOUND, SLOW_REDIS_BOUND } from '../module/defaults.js';
-import { type RateLimitConsumption, type RateLimitHit, committedUnits } from '../store/rate-limit-store.js';
-import { type FallbackReceipt, fallbackReceipts } from './fallback-receipt.js';
+import type { RateLimitConsumption, RateLimitHit } from '../store/rate-limit-store.js';
+import { fallbackReceipts } from './fallback-receipt.js';
+import type { LastSeen, LastSeenKeys } from './last-seen.js';
+import { BankedUnits } from './banked-units.js';
+import { UnitsToRecord } from './pending-units.js';
 
 export interface LocalFallbackOptions {
   /** How many instances share the store, as last counted (undefined: not known). */
@@ -24,31 +26,9 @@ export interface LocalFallbackOptions {
   banked?: (key: string) => void;
 }
 
-/**
- * Units admitted here while the store was out, to record in it once it is back; `until` their
- * window is over (recording them after would only punish later requests); `shard`: where their key
- * lives.
- */
-export type PendingUnits = { hit: RateLimitHit; until: number; shard: string };
-
 /** A decision of the fallback; `recorded`: its units wait to be recorded in the store (`consume`). */
 export interface LocalDecision extends RateLimitConsumption {
   readonly recorded: boolean;
-}
-
-/** Two reports of one window end agree within this much (they are computed from two clocks). */
-const WINDOW_MATCH_MS = 50;
-
-/**
- * How far apart two reports of one window's end may be. Each is read as the reply's `resetMs` from
- * when the app read it, so a busy event loop moves it later: the late answers Redis sends together
- * at a stall's end, read over 60 ms of a loaded loop, named one window by ends 60 ms apart, and the
- * units banked from the first were dropped as another window's. A fixed window's next one ends a
- * whole window after it at the soonest (a reset lets it start sooner, and is announced: `forget`),
- * so half a window tells them apart; the other algorithms' reset moves with every decision.
- */
-function windowMatchMs(hit: RateLimitHit): number {
-  return hit.algorithm === 'fixed-window' ? Math.max(WINDOW_MATCH_MS, hit.windowMs / 2) : WINDOW_MATCH_MS;
 }
 
 /**
@@ -57,46 +37,6 @@ function windowMatchMs(hit: RateLimitHit): number {
  * first answer) and for lost writes to be caught; short of an hour-long window after a blip.
  */
 export const SHARE_HOLD_MS = 10_000;
-
-/** A key's rate is trusted once heard over this long: two replies a ms apart say nothing of it. */
-const RATE_SPAN_MS = 100;
-
-/**
- * What Redis last said about a key: units used, under which limit (a changed limit changes the
- * count, not a loss), and when its window resets (on this instance's clock, read after the reply:
- * a stalled event loop delays it by the stall); `resetAt` stays as first seen for the whole window,
- * which it names. `admitted`: units this instance admitted in that window. `guessed`: a window
- * Redis has not reported on, which the fallback started when it first decided the key.
- */
-type LastSeen = {
-  used: number;
-  limit: number;
-  resetAt: number;
-  admitted: number;
-  guessed: boolean;
-  /** Until when a `blockFor` penalty started here refuses the key (0: none). */
-  blockedUntil: number;
-  /**
-   * Units Redis admitted in this window, late, for requests this instance had already refused at
-   * their deadline (`reconcile`): Redis counted them and no client had them, so a request decided
-   * here may take them, within the limit whatever the others admitted.
-   */
-  banked: number;
-  /** When this instance last heard of the window (its clock), and the first time, with the count then. */
-  at: number;
-  since: number;
-  sinceUsed: number;
-  /** Units per ms the key's count grew, all instances together, as this instance heard it (0: not known). */
-  rate: number;
-  /**
-   * The share of this window this instance took while Redis was out: it holds, Redis answering
-   * again or not, until `heldUntil` (`holdsShares`).
-   */
-  held?: number;
-  heldUntil?: number;
-  /** What the other instances admitted since this one last heard, estimated at the first local decision. */
-  others?: number;
-};
 
 /**
  * Decides while Redis cannot (the store-error policy `'local'`), so that all instances together
@@ -113,125 +53,32 @@ type LastSeen = {
  * limit there, so together they stay within 1.2x.
  *
  * A slow Redis still runs the calls that missed their deadline, and their late answers are
- * remembered here (`remember`), so the next stall in the same window starts from the true count.
- * What it admits without having reached Redis is recorded there once Redis answers again
- * (`takePending`), for the units whose window is not over by then.
+ * remembered (`LastSeenKeys.remember`), so the next stall in the same window starts from the true
+ * count. What it admits without having reached Redis is recorded there once Redis answers again
+ * (`UnitsToRecord`), for the units whose window is not over by then.
  */
 export class LocalFallback {
-  private readonly lastSeen: LRUCache<string, LastSeen>;
-  private readonly pending: LRUCache<string, PendingUnits>;
-  /** Keys with units pending, per shard: a shard that answers records its own, at once. */
-  private readonly pendingPerShard = new Map<string, number>();
-  /** When the last window with a share held ends: past it, `holdsShares` has nothing to check. */
-  private heldUntil = 0;
-  /** Keys whose window has units banked (`reconcile`): none, and nothing is looked up per request. */
-  private readonly bankedKeys = new Set<string>();
+  /** What the fallback admitted without reaching the store, to record there once it answers. */
+  readonly pending: UnitsToRecord;
+  /**
+   * When the last window with a share held ends: past it, `shareRefusals` has nothing to check. A
+   * field, read on every answer of the store before anything here is asked.
+   */
+  heldUntil = 0;
+  private readonly banking: BankedUnits;
 
-  constructor(private readonly options: LocalFallbackOptions) {
-    this.lastSeen = new LRUCache({ max: options.maxKeys, dispose: (_, key) => this.bankedKeys.delete(key) });
-    this.pending = new LRUCache({
-      max: options.maxKeys,
-      dispose: ({ shard }) => {
-        const left = (this.pendingPerShard.get(shard) ?? 1) - 1;
-        if (left > 0) this.pendingPerShard.set(shard, left);
-        else this.pendingPerShard.delete(shard);
-      },
-    });
-  }
-
-  /** Whether units admitted here wait to be recorded in the store. */
-  get hasPending(): boolean {
-    return this.pendingPerShard.size > 0;
-  }
-
-  /** Whether units admitted here wait to be recorded in any of these shards of the store. */
-  hasPendingIn(shards: ReadonlySet<string>): boolean {
-    for (const shard of shards) if (this.pendingPerShard.has(shard)) return true;
-    return false;
-  }
-
-  /** The units admitted here for keys of these shards whose window is not over, to record; forgets them. */
-  takePending(now: number, shards?: ReadonlySet<string>): PendingUnits[] {
-    const units: PendingUnits[] = [];
-    // A copy: entries are deleted on the way.
-    for (const [key, each] of Array.from(this.pending.entries())) {
-      if (shards && !shards.has(each.shard)) continue;
-      this.pending.delete(key);
-      if (each.until > now) units.push(each);
-    }
-    return units;
-  }
-
-  /** Units taken to record that did not reach the store: recorded next time. */
-  putBack(units: readonly PendingUnits[]): void {
-    for (const each of units) this.addPending(each.hit, each.until, 0);
+  /** @param lastSeen what Redis last said of each key, as the resilient store hears it on every answer */
+  constructor(
+    readonly lastSeen: LastSeenKeys,
+    private readonly options: LocalFallbackOptions,
+  ) {
+    this.pending = new UnitsToRecord(options.maxKeys, (key) => this.shardOf(key));
+    this.banking = new BankedUnits(lastSeen, this.pending, options.banked);
   }
 
   /** The shard a key lives on. */
   shardOf(key: string): string {
     return this.options.shardOf?.(key) ?? '';
-  }
-
-  /** Notes what Redis reported for each hit of a request, on time or late. */
-  remember(hits: readonly RateLimitHit[], consumption: RateLimitConsumption, now: number): void {
-    for (let i = 0; i < hits.length; i += 1) {
-      const hit = hits[i];
-      const resetAt = now + consumption.decisions[i].resetMs;
-      const used = committedUnits(hit, consumption, i);
-      const seen = this.lastSeen.get(hit.key);
-      if (!seen) {
-        this.lastSeen.set(hit.key, {
-          used,
-          limit: hit.limit,
-          resetAt,
-          admitted: 0,
-          guessed: false,
-          blockedUntil: 0,
-          banked: 0,
-          at: now,
-          since: now,
-          sinceUsed: used,
-          rate: 0,
-        });
-        continue;
-      }
-      // In place: the entry is the key's, and `get` has made it the most recent.
-      // A late answer of a window gone, or of one before the window known here: nothing to learn.
-      // A window guessed here is replaced by Redis's own at its first report (below).
-      const match = seen.guessed ? WINDOW_MATCH_MS : windowMatchMs(hit);
-      if (resetAt <= now || (resetAt < seen.resetAt - match && !seen.guessed)) continue;
-      if (Math.abs(resetAt - seen.resetAt) <= match) {
-        // The same window: a fixed window's count never falls (late answers come out of order).
-        const same = hit.algorithm === 'fixed-window' && seen.limit === hit.limit;
-        seen.used = same ? Math.max(used, seen.used) : used;
-        seen.limit = hit.limit;
-        // Redis's report of a window guessed here names it from now on: the guess was only the
-        // time of a local decision, and later reports, read late on a busy loop, drift from it.
-        if (seen.guessed) {
-          seen.resetAt = resetAt;
-          seen.guessed = false;
-        }
-        if (now - seen.since >= RATE_SPAN_MS)
-          seen.rate = Math.max(0, (seen.used - seen.sinceUsed) / (now - seen.since));
-        seen.at = Math.max(seen.at, now);
-        continue;
-      }
-      // Another window. What this instance admitted in a window it guessed stays counted when the
-      // two overlap: Redis's may have started later (on a stalled Redis, when it ran the late calls),
-      // and the requests admitted meanwhile are of the same moment to their clients.
-      const carried = seen.guessed && seen.resetAt > resetAt - hit.windowMs;
-      seen.admitted = carried ? seen.admitted : 0;
-      if (!carried) seen.held = seen.others = undefined;
-      seen.used = used;
-      seen.limit = hit.limit;
-      seen.resetAt = resetAt;
-      seen.guessed = false;
-      seen.banked = 0;
-      this.bankedKeys.delete(hit.key);
-      // The rate carries over: the traffic is the same.
-      seen.at = seen.since = now;
-      seen.sinceUsed = used;
-    }
   }
 
   /** Reset keys start afresh: what Redis last said of them no longer holds. */
@@ -306,7 +153,7 @@ export class LocalFallback {
       const window = windows[i];
       if (allowed) {
         window.admitted += hits[i].cost;
-        if (recorded) this.addPending(hits[i], window.resetAt, now);
+        if (recorded) this.pending.add(hits[i], window.resetAt, now);
       } else if (!fits[i] && hits[i].blockMs > 0 && window.blockedUntil <= now) {
         // Refused here: its penalty starts, as Redis would start it (never in flight locally).
         window.blockedUntil = now + hits[i].blockMs;
@@ -325,37 +172,25 @@ export class LocalFallback {
 
   /** Whether units Redis admitted late to requests refused here wait for a request (`takeBanked`). */
   get hasBanked(): boolean {
-    return this.bankedKeys.size > 0;
+    return this.lastSeen.banked.size > 0;
   }
 
   /**
-   * An admission of units Redis admitted late to requests refused here (`reconcile`), if every
-   * hit's window has enough of them: counted in Redis already, whatever decided this request (the
-   * fallback, or Redis refusing it on time for want of the very units it counted for those).
+   * An admission of units Redis admitted late to requests refused here (`BankedUnits`), if every
+   * hit's window has enough of them.
    */
   takeBanked(hits: readonly RateLimitHit[], now: number): LocalDecision | undefined {
-    if (this.bankedKeys.size === 0) return undefined;
-    const windows: LastSeen[] = [];
-    for (const hit of hits) {
-      const seen = this.lastSeen.get(hit.key);
-      if (!seen || seen.resetAt <= now) {
-        this.bankedKeys.delete(hit.key);
-        return undefined;
-      }
-      if (seen.banked < hit.cost || seen.blockedUntil > now) return undefined;
-      windows.push(seen);
-    }
-    hits.forEach((hit, i) => {
-      windows[i].banked -= hit.cost;
-      if (windows[i].banked === 0) this.bankedKeys.delete(hit.key);
-    });
-    return this.decided(
-      hits,
-      windows,
-      hits.map(() => 0),
-      true,
-      false,
-      now,
+    const windows = this.banking.take(hits, now);
+    return (
+      windows &&
+      this.decided(
+        hits,
+        windows,
+        hits.map(() => 0),
+        true,
+        false,
+        now,
+      )
     );
   }
 
@@ -417,60 +252,14 @@ export class LocalFallback {
     };
   }
 
-  /**
-   * What Redis answered, late, to a request this instance decided at its deadline without recording
-   * it (`consume`, `recorded` false), once `remember` has learned the counts from it: undefined if
-   * the call was lost with its connection, unknown whether it ran. Each way the two decisions can
-   * differ is settled so that what clients got is what Redis counts:
-   * - Redis admitted what was refused here: its units are banked, for a later request decided here.
-   * - Redis refused (or never ran) what was admitted here: those units are recorded in Redis.
-   * - Both admitted: counted once, in Redis; the share here gets the units back.
-   * Only in the window Redis counted it in, where that is the one this instance decides in.
-   */
+  /** What Redis answered late to a request decided here (`BankedUnits.reconcile`). */
   reconcile(
     hits: readonly RateLimitHit[],
     late: RateLimitConsumption | undefined,
     admittedHere: boolean,
     now: number,
   ): void {
-    hits.forEach((hit, i) => {
-      const seen = this.lastSeen.get(hit.key);
-      if (!seen || seen.resetAt <= now) return;
-      if (late && Math.abs(now + late.decisions[i].resetMs - seen.resetAt) > windowMatchMs(hit)) return;
-      if (!late?.allowed) {
-        if (admittedHere) this.addPending(hit, seen.resetAt, now);
-      } else if (admittedHere) seen.admitted = Math.max(0, seen.admitted - hit.cost);
-      else {
-        seen.banked += hit.cost;
-        this.bankedKeys.add(hit.key);
-        this.options.banked?.(hit.key);
-      }
-    });
-  }
-
-  /**
-   * A `settleCost` admission decided here cost `units` more than it reserved (fewer, if negative):
-   * counted in its window here, and with the units to record in the store. An overdraft is
-   * recorded whatever became of the reservation (the store never heard of it); a refund comes off
-   * only a reservation that waits to be recorded, while it waits (one recorded, or that may have
-   * run in the store, stays counted: the safe side).
-   */
-  settled(hit: RateLimitHit, units: number, receipt: FallbackReceipt, now: number): void {
-    const { windowEndsAt } = receipt;
-    const seen = this.lastSeen.get(hit.key);
-    if (seen && Math.abs(seen.resetAt - windowEndsAt) <= windowMatchMs(hit)) {
-      seen.admitted = Math.max(0, seen.admitted + units);
-    }
-    if (windowEndsAt <= now || units === 0) return;
-    if (units > 0) {
-      this.addPending({ ...hit, cost: units }, windowEndsAt, now);
-      return;
-    }
-    const pending = receipt.recorded ? this.pending.get(hit.key) : undefined;
-    if (!pending || pending.until <= now) return;
-    const left = pending.hit.cost + units;
-    if (left > 0) pending.hit = { ...pending.hit, cost: left };
-    else this.pending.delete(hit.key);
+    this.banking.reconcile(hits, late, admittedHere, now);
   }
 
   /**
@@ -505,19 +294,5 @@ export class LocalFallback {
       if (windows[i]) windows[i].admitted += hit.cost;
     });
     return undefined;
-  }
-
-  /** Units admitted without reaching Redis, to record in the window they belong to (ending `until`). */
-  private addPending(hit: RateLimitHit, until: number, now: number): void {
-    const units = this.pending.get(hit.key);
-    if (units && units.until > now) {
-      units.hit = { ...units.hit, cost: units.hit.cost + hit.cost };
-      units.until = Math.min(units.until, until);
-      return;
-    }
-    const shard = this.shardOf(hit.key);
-    // Replacing an entry disposes of it first, so the count stays one per key.
-    this.pending.set(hit.key, { hit, until, shard });
-    this.pendingPerShard.set(shard, (this.pendingPerShard.get(shard) ?? 0) + 1);
   }
 }

@@ -1,25 +1,20 @@
-import { describeError } from '../logging/describe-error.js';
-import { LATE_ANSWER_GRACE_MS } from '../module/defaults.js';
+import { LRUCache } from 'lru-cache';
 import type { StoreProblemLog } from '../logging/store-problem-log.js';
 import {
   type RateLimitConsumption,
-  type RateLimitDecision,
   type RateLimitHit,
-  type RateLimitReceipt,
   type RateLimitRefund,
   type RateLimitStanding,
   type RateLimitSettlement,
   type RateLimitStore,
   holdsInFlight,
-  unaskedDecision,
 } from '../store/rate-limit-store.js';
 import { DecidingStore, type HitHandling, type ResilientConsumption, type StoreObserver } from './deciding-store.js';
-import { settleFallbackAdmissions } from './fallback-receipt.js';
-import { type LocalDecision, LocalFallback, type LocalFallbackOptions, type PendingUnits } from './local-fallback.js';
+import { settleFallbackAdmissions, settleInFallback } from './fallback-receipt.js';
+import type { LastSeen, LastSeenKeys } from './last-seen.js';
+import { LocalFallback, type LocalFallbackOptions } from './local-fallback.js';
+import { StoreOutage } from './store-outage.js';
 import type { RateLimitStoreErrorPolicy } from './store-error-policy.js';
-
-/** Retry-After for requests refused because the store failed under the policy `'deny'`. */
-const STORE_ERROR_RETRY_MS = 1_000;
 
 export interface ResilienceOptions {
   /** The module's `storeErrors.policy`, for hits whose rule names none. */
@@ -34,26 +29,27 @@ export interface ResilienceOptions {
  * requests decided while it fails. A failed call (an error, a missed deadline, an open circuit) is
  * decided by each rule's store-error policy (its `onStoreError`, else the module's
  * `storeErrors.policy`): `'deny'` refuses, `'allow'` admits, and `'local'` rules are decided
- * together by the local fallback, from what the store last reported. Once the store answers again,
- * what the fallback admitted meanwhile is recorded in it.
+ * together by the local fallback, from what the store last reported (`StoreOutage`). Once the store
+ * answers again, what the fallback admitted meanwhile is recorded in it.
  *
  * A store in this process (`shared: false`) has no fallback and nothing to record: should it fail,
  * `'local'` rules admit as `'allow'` ones do.
  */
 export class ResilientStore extends DecidingStore {
   private readonly fallback: LocalFallback | undefined;
-  /** Recording what the fallback admitted, once the store answers again (`recordFallbackUnits`): one at a time. */
-  private recording: Promise<void> | undefined;
+  private readonly outage: StoreOutage;
 
   constructor(
     private readonly store: RateLimitStore,
-    private readonly problems: StoreProblemLog,
+    problems: StoreProblemLog,
     private readonly options: ResilienceOptions,
   ) {
     super();
     if (store.shared) {
-      this.fallback = new LocalFallback({ shardOf: (key) => store.shardOf(key), ...options.localFallback });
+      const lastSeen = new ReportedWindows(options.localFallback.maxKeys);
+      this.fallback = new LocalFallback(lastSeen, { shardOf: (key) => store.shardOf(key), ...options.localFallback });
     }
+    this.outage = new StoreOutage(store, problems, options.policy, this.fallback);
   }
 
   get description(): string {
@@ -65,7 +61,7 @@ export class ResilientStore extends DecidingStore {
     const sentAt = now ?? Date.now();
     return this.call(hits, now).then(
       (consumption) => this.learn(hits, consumption, now),
-      (error: unknown) => this.decide(hits, rules, error, now, this.store.neverReached(error), sentAt),
+      (error: unknown) => this.outage.decide(hits, rules, error, now, this.store.neverReached(error), sentAt),
     );
   }
 
@@ -79,8 +75,9 @@ export class ResilientStore extends DecidingStore {
   }
 
   /**
-   * What the store answered, learned by the fallback; what it admitted meanwhile for keys of the
-   * shards that answered, recorded.
+   * What the store answered, learned for the fallback; what the fallback admitted meanwhile for keys
+   * of the shards that answered, recorded. The fallback itself is asked only when a field it keeps
+   * says it has something to add: a healthy store's answer is only learned.
    */
   private learn(
     hits: readonly RateLimitHit[],
@@ -90,57 +87,18 @@ export class ResilientStore extends DecidingStore {
     const { fallback } = this;
     if (fallback) {
       const at = now ?? Date.now();
-      fallback.remember(hits, consumption, at);
+      fallback.lastSeen.remember(hits, consumption, at);
       // Refused for want of units Redis counted late for requests refused here: those units.
-      if (!consumption.allowed && fallback.hasBanked && !hits.some(holdsInFlight)) {
+      if (!consumption.allowed && fallback.lastSeen.banked.size > 0 && !hits.some(holdsInFlight)) {
         const banked = fallback.takeBanked(hits, at);
         if (banked) return banked;
       }
-      const refusals = consumption.allowed ? fallback.shareRefusals(hits, at) : undefined;
-      if (refusals) return this.refuseOverShare(hits, consumption, refusals, at);
-      if (fallback.hasPending && !this.recording) {
-        const shards = new Set(hits.map((hit) => fallback.shardOf(hit.key)));
-        if (fallback.hasPendingIn(shards)) {
-          this.recording = this.recordFallbackUnits(now, shards).finally(() => (this.recording = undefined));
-        }
-      }
+      // Admitted while a share the fallback took of a window still holds: within that share only.
+      const refusals = consumption.allowed && at < fallback.heldUntil ? fallback.shareRefusals(hits, at) : undefined;
+      if (refusals) return this.outage.refuseOverShare(hits, consumption, refusals, at);
+      if (fallback.pending.perShard.size > 0) this.outage.recordPending(hits, now);
     }
     return consumption;
-  }
-
-  /**
-   * A request Redis admitted past this instance's share of a window its fallback decided: refused.
-   * What Redis counted of it stays counted, on the safe side: a refund would tell every instance the
-   * key's count fell (`watchLiftedKeys`), and each would forget what it saw of the window, the shares
-   * held and the figures the lost-write check compares, just when they matter. Only an admission
-   * in flight is ended (it announces nothing), or it would stay so for a window: a `countOn` rule's
-   * units are refunded, a `settleCost` rule's claim ends with its reservation kept.
-   *
-   * Refused by the rules past their share, until that share stops holding (`refusals`), and by no
-   * other: the rest keep Redis's admission. A refusal reads as what it is, for a `Retry-After` and
-   * for the block cache, which keeps a refused key until the reset it reads: as the window's end,
-   * every rule of the request read as refused for the rest of its window (a minute of 429s for a
-   * client at 80% of the default, after a share of another rule ran out at a Redis restarted empty).
-   */
-  private refuseOverShare(
-    hits: readonly RateLimitHit[],
-    consumption: RateLimitConsumption,
-    refusals: readonly (number | undefined)[],
-    now: number,
-  ): RateLimitConsumption {
-    const inFlight = hits.flatMap((hit, i) =>
-      holdsInFlight(hit) ? [{ hit, receipt: consumption.receipts![i], refund: hit.conditional }] : [],
-    );
-    if (inFlight.length > 0) void this.store.settle(inFlight).catch(() => undefined);
-    return {
-      allowed: false,
-      decisions: consumption.decisions.map((decision, i) => {
-        const until = refusals[i];
-        if (until === undefined) return decision;
-        return { ...decision, allowed: false, remaining: 0, resetMs: Math.max(0, Math.ceil(until - now)) };
-      }),
-      receipts: undefined,
-    };
   }
 
   private async timed(observer: StoreObserver, hits: readonly RateLimitHit[], now?: number) {
@@ -158,7 +116,7 @@ export class ResilientStore extends DecidingStore {
 
   /**
    * Only admissions in flight (`countOn`, `settleCost`) are settled here, and no layer keeps any of
-   * theirs. Those the fallback decided are settled in it (`LocalFallback.settled`).
+   * theirs. Those the fallback decided are settled in it (`settleInFallback`).
    */
   settle(settlements: readonly RateLimitSettlement[]): Promise<void> {
     const stored = this.settledLocally(settlements, (each) => (each.refund ? -each.hit.cost : 0));
@@ -183,7 +141,9 @@ export class ResilientStore extends DecidingStore {
     const { fallback } = this;
     if (!fallback) return settlements;
     const at = now ?? Date.now();
-    return settleFallbackAdmissions(settlements, units, (hit, n, receipt) => fallback.settled(hit, n, receipt, at));
+    return settleFallbackAdmissions(settlements, units, (hit, n, receipt) =>
+      settleInFallback(fallback, hit, n, receipt, at),
+    );
   }
 
   inspect(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitStanding[]> {
@@ -201,8 +161,7 @@ export class ResilientStore extends DecidingStore {
   }
 
   /**
-   * Decides a request the store could not: `'deny'` if any rule denies; otherwise `'local'` rules
-   * are decided together by this instance and `'allow'` rules admit.
+   * Decides a request the store could not (`StoreOutage.decide`).
    * @param unsent whether the request never reached the store (what the fallback admits is then
    *   recorded in it later); by default, what the store says of the error.
    */
@@ -213,142 +172,118 @@ export class ResilientStore extends DecidingStore {
     given: number | undefined,
     unsent = this.store.neverReached(error),
   ): Promise<ResilientConsumption> {
-    return this.decide(hits, rules, error, given, unsent, undefined);
-  }
-
-  /** `decideFailed`, knowing when the failed call went out (`sentAt`; undefined: not known). */
-  private async decide(
-    hits: readonly RateLimitHit[],
-    rules: readonly HitHandling[],
-    error: unknown,
-    given: number | undefined,
-    unsent: boolean,
-    sentAt: number | undefined,
-  ): Promise<ResilientConsumption> {
-    const now = given ?? Date.now();
-    const policies = rules.map((rule) => rule.onStoreError ?? this.options.policy);
-    const reason = describeError(error);
-    this.problems.report(
-      reason,
-      `Rate-limit store failed (${reason}); requests decided by the store-error policy '${[...new Set(policies)].join('/')}'`,
-    );
-    const denied = policies.includes('deny');
-    const localIndices = denied ? [] : policies.flatMap((policy, i) => (policy === 'local' ? [i] : []));
-    const localHits = localIndices.map((i) => hits[i]);
-    // The failure, not whether this request's call went out (one held behind a call on its keys
-    // did not), tells whether Redis may be up: a call that may have run in it.
-    const mayHaveRun = !this.store.neverReached(error);
-    const local =
-      localHits.length > 0 && this.fallback
-        ? this.fallback.consume(localHits, now, unsent, mayHaveRun, sentAt)
-        : undefined;
-    if (this.fallback && !unsent) {
-      const decided = local && { indices: localIndices, hits: localHits, decision: local };
-      this.awaitLateAnswer(this.fallback, hits, error, given, decided);
-    }
-    const allowed = !denied && (local?.allowed ?? true);
-    const decisions = hits.map((hit, i): RateLimitDecision => {
-      const localAt = localIndices.indexOf(i);
-      if (local && localAt >= 0) return local.decisions[localAt];
-      const refused = policies[i] === 'deny' || (policies[i] === 'local' && !allowed);
-      return refused
-        ? { allowed: policies[i] !== 'deny' && allowed, limit: hit.limit, remaining: 0, resetMs: STORE_ERROR_RETRY_MS }
-        : unaskedDecision(hit);
-    });
-    // A `settleCost` admission the fallback decided settles there: its receipts, where each hit is.
-    const receipts =
-      allowed && local?.receipts
-        ? hits.map((_, i): RateLimitReceipt => local.receipts![localIndices.indexOf(i)])
-        : undefined;
-    return { allowed, decisions, receipts, storeError: policyOf(policies), failure: error };
-  }
-
-  /**
-   * A slow Redis still runs a call past its deadline: its answer, late, tells the fallback the
-   * counts, and settles what it decided meanwhile for this request (`LocalFallback.reconcile`), if
-   * it recorded nothing of it. `localHits`: the hits at `localIndices`, which it decided.
-   */
-  private awaitLateAnswer(
-    fallback: LocalFallback,
-    hits: readonly RateLimitHit[],
-    error: unknown,
-    given: number | undefined,
-    local: { indices: readonly number[]; hits: readonly RateLimitHit[]; decision: LocalDecision } | undefined,
-  ): void {
-    const late = this.store.lateAnswer(hits, error, given);
-    const remember = (consumption: RateLimitConsumption) => fallback.remember(hits, consumption, given ?? Date.now());
-    if (!local || local.decision.recorded) {
-      late?.then(remember).catch(() => undefined);
-      return;
-    }
-    const { indices, decision } = local;
-    const reconcile = (consumption: RateLimitConsumption | undefined) =>
-      fallback.reconcile(
-        local.hits,
-        consumption && { ...consumption, decisions: indices.map((i) => consumption.decisions[i]) },
-        decision.allowed,
-        given ?? Date.now(),
-      );
-    // No answer will come (a reply lost with its connection): what was admitted here is recorded,
-    // counted twice should Redis have run it, never not at all.
-    if (!late) return reconcile(undefined);
-    // Settled once: by the answer, or as lost when none came within LATE_ANSWER_GRACE_MS (Redis
-    // seems down then, and most often never runs the call: a killed master, a partition).
-    let settled = false;
-    const settle = (consumption: RateLimitConsumption | undefined) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      reconcile(consumption);
-    };
-    const timer = setTimeout(() => settle(undefined), LATE_ANSWER_GRACE_MS).unref();
-    late
-      .then(
-        (consumption) => {
-          remember(consumption);
-          settle(consumption);
-        },
-        () => settle(undefined),
-      )
-      .catch(() => undefined);
-  }
-
-  /**
-   * The store answers again on these shards: records there what the fallback admitted meanwhile
-   * (for windows not over yet), so those requests count against the limit there too. Units of other
-   * shards wait for theirs to answer: a call to a master still down would hold every request here
-   * behind it, and might never be told apart from one that ran. Never throws.
-   *
-   * Every call goes out now, before any request's call made after this one: Redis runs a
-   * connection's calls in order, so none decides without these units (a window's count would start
-   * over, and admit the limit again), and none waits for their answers either (a stall meanwhile
-   * would hold it past its deadline).
-   */
-  private async recordFallbackUnits(now: number | undefined, shards: ReadonlySet<string>): Promise<void> {
-    const units = this.fallback!.takePending(now ?? Date.now(), shards);
-    const batches: PendingUnits[][] = [];
-    for (let i = 0; i < units.length; i += 100) batches.push(units.slice(i, i + 100));
-    const recorded = await Promise.allSettled(
-      // Each into the window it was admitted in: one Redis started since holds none of its requests.
-      batches.map((batch) =>
-        this.store.record(
-          batch.map((unit) => ({ ...unit.hit, windowEndsAt: unit.until })),
-          now,
-        ),
-      ),
-    );
-    recorded.forEach((result, i) => {
-      if (result.status === 'fulfilled') return;
-      // Units whose call never went out wait for the next time Redis answers.
-      if (this.store.neverReached(result.reason)) this.fallback!.putBack(batches[i]);
-      const reason = describeError(result.reason);
-      this.problems.report(`record:${reason}`, `Recording requests the fallback admitted failed (${reason})`);
-    });
+    return this.outage.decide(hits, rules, error, given, unsent, undefined);
   }
 }
 
-/** The policy that decided a request the store could not: 'deny' if any rule denies. */
-function policyOf(policies: readonly RateLimitStoreErrorPolicy[]): RateLimitStoreErrorPolicy {
-  if (policies.includes('deny')) return 'deny';
-  return policies.includes('local') ? 'local' : 'allow';
+/** Two reports of one window end agree within this much (they are computed from two clocks). */
+const WINDOW_MATCH_MS = 50;
+
+/** A key's rate is trusted once heard over this long: two replies a ms apart say nothing of it. */
+const RATE_SPAN_MS = 100;
+
+/**
+ * What Redis last said of each active key (`LastSeenKeys`), heard from every answer of the store,
+ * on time or late, for the local fallback to decide from should the store fail.
+ */
+export class ReportedWindows implements LastSeenKeys {
+  private readonly windows: LRUCache<string, LastSeen>;
+  readonly banked = new Set<string>();
+
+  constructor(maxKeys: number) {
+    this.windows = new LRUCache({ max: maxKeys, dispose: (_, key) => this.banked.delete(key) });
+  }
+
+  get(key: string): LastSeen | undefined {
+    return this.windows.get(key);
+  }
+
+  set(key: string, seen: LastSeen): void {
+    this.windows.set(key, seen);
+  }
+
+  delete(key: string): void {
+    this.windows.delete(key);
+  }
+
+  /**
+   * How far apart two reports of one window's end may be. Each is read as the reply's `resetMs` from
+   * when the app read it, so a busy event loop moves it later: the late answers Redis sends together
+   * at a stall's end, read over 60 ms of a loaded loop, named one window by ends 60 ms apart, and the
+   * units banked from the first were dropped as another window's. A fixed window's next one ends a
+   * whole window after it at the soonest (a reset lets it start sooner, and is announced: `forget`),
+   * so half a window tells them apart; the other algorithms' reset moves with every decision.
+   */
+  matchMs(hit: RateLimitHit): number {
+    return hit.algorithm === 'fixed-window' ? Math.max(WINDOW_MATCH_MS, hit.windowMs / 2) : WINDOW_MATCH_MS;
+  }
+
+  /** Notes what Redis reported for each hit of a request, on time or late. */
+  remember(hits: readonly RateLimitHit[], consumption: RateLimitConsumption, now: number): void {
+    for (let i = 0; i < hits.length; i += 1) {
+      const hit = hits[i];
+      const resetAt = now + consumption.decisions[i].resetMs;
+      const used = committedUnits(hit, consumption, i);
+      const seen = this.windows.get(hit.key);
+      if (!seen) {
+        this.windows.set(hit.key, {
+          used,
+          limit: hit.limit,
+          resetAt,
+          admitted: 0,
+          guessed: false,
+          blockedUntil: 0,
+          banked: 0,
+          at: now,
+          since: now,
+          sinceUsed: used,
+          rate: 0,
+        });
+        continue;
+      }
+      // In place: the entry is the key's, and `get` has made it the most recent.
+      // A late answer of a window gone, or of one before the window known here: nothing to learn.
+      // A window guessed here is replaced by Redis's own at its first report (below).
+      const match = seen.guessed ? WINDOW_MATCH_MS : this.matchMs(hit);
+      if (resetAt <= now || (resetAt < seen.resetAt - match && !seen.guessed)) continue;
+      if (Math.abs(resetAt - seen.resetAt) <= match) {
+        // The same window: a fixed window's count never falls (late answers come out of order).
+        const same = hit.algorithm === 'fixed-window' && seen.limit === hit.limit;
+        seen.used = same ? Math.max(used, seen.used) : used;
+        seen.limit = hit.limit;
+        // Redis's report of a window guessed here names it from now on: the guess was only the
+        // time of a local decision, and later reports, read late on a busy loop, drift from it.
+        if (seen.guessed) {
+          seen.resetAt = resetAt;
+          seen.guessed = false;
+        }
+        if (now - seen.since >= RATE_SPAN_MS)
+          seen.rate = Math.max(0, (seen.used - seen.sinceUsed) / (now - seen.since));
+        seen.at = Math.max(seen.at, now);
+        continue;
+      }
+      // Another window. What this instance admitted in a window it guessed stays counted when the
+      // two overlap: Redis's may have started later (on a stalled Redis, when it ran the late calls),
+      // and the requests admitted meanwhile are of the same moment to their clients.
+      const carried = seen.guessed && seen.resetAt > resetAt - hit.windowMs;
+      seen.admitted = carried ? seen.admitted : 0;
+      if (!carried) seen.held = seen.others = undefined;
+      seen.used = used;
+      seen.limit = hit.limit;
+      seen.resetAt = resetAt;
+      seen.guessed = false;
+      seen.banked = 0;
+      this.banked.delete(hit.key);
+      // The rate carries over: the traffic is the same.
+      seen.at = seen.since = now;
+      seen.sinceUsed = used;
+    }
+  }
+}
+
+/** Units in a hit's counter after its request: nothing of a refused request was counted. */
+function committedUnits(hit: RateLimitHit, consumption: RateLimitConsumption, index: number): number {
+  const { allowed, remaining } = consumption.decisions[index];
+  // A rule that would have admitted a request another rule refused counted none of it.
+  return hit.limit - (!consumption.allowed && allowed ? remaining + hit.cost : remaining);
 }

@@ -14,23 +14,15 @@ export interface RateLimitAllowList {
   identities?: readonly string[];
   /**
    * `User-Agent`s, each with the networks it must come from (throttler's `ignoreUserAgents`, made
-   * safe): `{ agent: 'kube-probe', from: ['10.0.0.0/8'] }`.
+   * safe): `{ agent: 'kube-probe', from: ['10.0.0.0/8'] }`. A client names its own user agent, so
+   * on its own it would let anyone through who sends it: the network is what it cannot choose.
    */
-  userAgents?: readonly RateLimitAllowedUserAgent[];
-}
-
-/**
- * A `User-Agent` let through only from the networks given with it. A client names its own user
- * agent, so on its own it would let anyone through who sends it: the network is what the client
- * cannot choose.
- *
- * @example { agent: 'kube-probe', from: ['10.0.0.0/8', 'fd00::/8'] }
- */
-export interface RateLimitAllowedUserAgent {
-  /** A `RegExp`, or a string found anywhere in the header, ignoring case. A config centre's values are strings. */
-  agent: string | RegExp;
-  /** Client addresses and networks it must come from, as in `addresses`; at least one, none of every address. */
-  from: readonly string[];
+  userAgents?: readonly {
+    /** A `RegExp`, or a string found anywhere in the header, ignoring case. A config centre's values are strings. */
+    agent: string | RegExp;
+    /** Client addresses and networks it must come from, as in `addresses`; at least one, none of every address. */
+    from: readonly string[];
+  }[];
 }
 
 const FIELDS = ['addresses', 'identities', 'userAgents'] as const;

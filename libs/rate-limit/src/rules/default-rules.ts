@@ -1,19 +1,9 @@
-import {
-  type RateLimitOptions,
-  type RateLimitRule,
-  RateLimitConfigurationError,
-  validateRule,
-} from './rate-limit-rule.js';
+import { type RateLimitRule, RateLimitConfigurationError, validateRule } from './rate-limit-rule.js';
 import { ruleKeyId } from '../store/key-layout.js';
+import type { RateLimitModuleExtras } from '../module/options.js';
 
 /** A rule of the module's `defaults`: a rule's options, and what its counter covers. */
-export interface RateLimitDefaultRule extends RateLimitOptions {
-  /**
-   * `'route'` (default, as `@nestjs/throttler` counts): each handler counts on a counter of its own;
-   * `'app'`: one counter per identity for every handler the rule covers.
-   */
-  scope?: 'route' | 'app';
-}
+type DefaultRuleOptions = NonNullable<RateLimitModuleExtras['defaults']>[number];
 
 /** A default rule after validation at bootstrap. */
 export interface DefaultRule {
@@ -45,7 +35,7 @@ export function validateDefaultRules(defaults: unknown): DefaultRule[] {
       problems.push(`${subject}: must be a rule's options ({ count, window, ... })`);
       continue;
     }
-    const { scope = 'route', ...options } = given as RateLimitDefaultRule;
+    const { scope = 'route', ...options } = given as DefaultRuleOptions;
     if (scope !== 'route' && scope !== 'app') {
       problems.push(`${subject}: 'scope' must be 'route' or 'app', got ${JSON.stringify(scope)}`);
       continue;

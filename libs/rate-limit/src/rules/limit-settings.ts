@@ -8,7 +8,7 @@ import {
   ruleOptions,
   validateRule,
 } from './rate-limit-rule.js';
-import type { RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
+import type { RateLimitOverride } from '../limiter/limit-values.js';
 import { AllowList } from './allow-list.js';
 import { describeValue as show } from './describe-value.js';
 

@@ -1,100 +1,38 @@
-import { ALGORITHM_NAMES, type RateLimitAlgorithmName } from '../algorithms/algorithm.js';
+import { ALGORITHM_NAMES } from '../algorithms/algorithm.js';
 import { MAX_DURATION_MS, parseCount, parseDuration } from './duration.js';
-import { type RateLimitStoreErrorPolicy, STORE_ERROR_POLICIES } from '../resilience/store-error-policy.js';
+import { STORE_ERROR_POLICIES } from '../resilience/store-error-policy.js';
 import { ruleKeyId } from '../store/key-layout.js';
 import { AllowList } from './allow-list.js';
+import { RateLimitConfigurationError, type RateLimitRule } from './compiled-rule.js';
 import {
   COUNT_ON,
   RATE_LIMIT_MODES,
   type RateLimitBy,
-  type RateLimitCost,
   type RateLimitCountOn,
-  type RateLimitMode,
   type RateLimitOptions,
   type RateLimitSettleCost,
   type RateLimitSkipIf,
-  type RateLimitTierResolver,
 } from './rule-options.js';
 
 export type {
-  RateLimitIdentity,
-  RateLimitIdentityResolver,
   RateLimitBy,
   RateLimitCost,
   RateLimitSkipIf,
   RateLimitTierResolver,
-  RateLimitTier,
+  RateLimitTiers,
   RateLimitOptions,
   RateLimitSettleCost,
   RateLimitMode,
   RateLimitCountOn,
 } from './rule-options.js';
 export { RATE_LIMIT_MODES } from './rule-options.js';
+export { RateLimitConfigurationError, type RateLimitRule, ruleOptions } from './compiled-rule.js';
 
-/** A rule after validation at bootstrap, as the guard uses it on every request. */
-export interface RateLimitRule {
-  readonly name: string;
-  /** The rule in its keys (`ruleKeyId` of the name): computed once here, not per request. */
-  readonly keyId: string;
-  /** Where it was declared, for messages: `Controller` or `Controller.method`. */
-  readonly declaredOn: string;
-  readonly count: number;
-  readonly windowMs: number;
-  readonly configKey: string | undefined;
-  readonly by: RateLimitBy;
-  readonly algorithm: RateLimitAlgorithmName;
-  /** Explicit burst; without it, the (possibly overridden) count. */
-  readonly burst: number | undefined;
-  readonly cost: RateLimitCost;
-  /** 0: no penalty. */
-  readonly blockMs: number;
-  readonly countOn: RateLimitCountOn;
-  /** `undefined`: the module's policy. */
-  readonly onStoreError: RateLimitStoreErrorPolicy | undefined;
-  /** Units an instance takes from a shared store at once; 0: none, every request asks. */
-  readonly lease: number;
-  /** `undefined`: the module's mode. */
-  readonly mode: RateLimitMode | undefined;
-  readonly skipIf: RateLimitSkipIf | undefined;
-  /** @internal The rule's `allow`, made ready for requests. */
-  readonly allow: AllowList | undefined;
-  /** Per tier name, the rule with that tier's thresholds (same name, key id and counters). */
-  readonly tiers: ReadonlyMap<string, RateLimitRule> | undefined;
-  readonly tier: RateLimitTierResolver | undefined;
-  readonly settleCost: RateLimitSettleCost | undefined;
-  /** With `settleCost`, the most one request can cost; undefined otherwise. */
-  readonly maxCost: RateLimitCost | undefined;
-  /** A share of the limit whose crossing is reported; undefined: none. */
-  readonly nearLimit: number | undefined;
-  /** Set for the rule of one of another rule's `tiers`: that tier's name. */
-  readonly tierName?: string;
-  /** Set for a rule of the module's `defaults`, as applied to a handler. */
-  readonly fromDefaults?: true;
-  /**
-   * Whether `RateLimitInterceptor` decides the rule, after the app's guards, instead of
-   * `RateLimitGuard` before them: on HTTP, and on GraphQL and WebSocket (`elsewhere`).
-   * - It reads the request through a function of the app's (`by`, `tier`, `skipIf`), which may read
-   *   what an authentication guard sets (`req.user`).
-   * - Or the interceptor settles it (`settleCost`; outside HTTP, `countOn`), which a later guard's
-   *   refusal never reaches: a request refused there holds nothing.
-   * Every other rule, counted by client address or for all, stays before the app's guards whatever
-   * its neighbours need: a login's per-address rule counts the requests an auth guard refuses.
-   */
-  readonly afterGuards: { readonly http: boolean; readonly elsewhere: boolean };
-}
-
-/** Thrown at bootstrap for a rule that cannot work; the message names the route and the field. */
-export class RateLimitConfigurationError extends Error {
-  override readonly name = 'RateLimitConfigurationError';
-  /** Each problem found, one sentence each. */
-  readonly problems: readonly string[];
-
-  constructor(problems: string | readonly string[]) {
-    const list = typeof problems === 'string' ? [problems] : problems;
-    super(list.length === 1 ? list[0] : `Invalid rate limits:\n  ${list.join('\n  ')}`);
-    this.problems = list;
-  }
-}
+/** Options of 0.3 that 0.4 folded into others: what each is now, so an upgrade is told. */
+const FOLDED: Readonly<Record<string, string>> = {
+  tier: "is now 'tiers.of' (0.4): tiers: { of: (ctx) => name, limits: { ... } }",
+  maxCost: "is now 'settleCost.max' (0.4): settleCost: { actual: (result) => units, max }",
+};
 
 // No ':' (it separates key parts) and no braces (they pick Cluster slots).
 const RULE_NAME = /^[A-Za-z0-9._$-]{1,64}$/;
@@ -194,71 +132,12 @@ export function validateRule(
   if (parsedAllow.problems.length > 0) {
     throw new RateLimitConfigurationError(parsedAllow.problems.map((problem) => `${subject}: ${problem}`));
   }
-  const { tier } = options;
-  let tiers: Map<string, RateLimitRule> | undefined;
-  if (options.tiers !== undefined) {
-    if (options.tiers === null || typeof options.tiers !== 'object' || Array.isArray(options.tiers)) {
-      fail('tiers', 'must be an object of tier names and limits, such as { pro: 5000 }', options.tiers);
-    }
-    if (typeof tier !== 'function')
-      fail('tier', "must be a function of the ExecutionContext naming one of 'tiers'", tier);
-    if (options.lease !== undefined) fail('tiers', "cannot be combined with 'lease'", options.tiers);
-    tiers = new Map();
-    for (const [tierName, limit] of Object.entries(options.tiers!)) {
-      if (!TIER_NAME.test(tierName))
-        fail(`tiers.${tierName}`, 'is not a tier name: 1 to 32 letters, digits, _ or -', tierName);
-      const given = typeof limit === 'number' ? { count: limit } : limit;
-      if (given === null || typeof given !== 'object') {
-        fail(`tiers.${tierName}`, 'must be a count, or an object of count, window and burst', limit);
-      }
-      tiers.set(tierName, {
-        tierName,
-        ...validateRule(
-          {
-            ...options,
-            count: given.count,
-            window: given.window ?? options.window,
-            burst: given.burst,
-            configKey: configKey === undefined ? undefined : `${configKey}.${tierName}`,
-            name,
-            tiers: undefined,
-            tier: undefined,
-          },
-          declaredOn,
-          defaultName,
-          `${subject}, tier '${tierName}'`,
-        ),
-      });
-    }
-    if (tiers.size === 0) fail('tiers', 'must name at least one tier', options.tiers);
-  } else if (tier !== undefined) fail('tier', "needs 'tiers' to pick from", tier);
-  const { settleCost } = options;
-  if (settleCost !== undefined) {
-    if (typeof settleCost !== 'function')
-      fail('settleCost', 'must be a function of the result and the context', settleCost);
-    // Each decides what stays counted after the handler; one rule takes one of them.
-    if (countOn !== 'all') fail('settleCost', "cannot be combined with 'countOn'", settleCost);
-    // A leased unit is this instance's, which a charge past it could not reach.
-    if (options.lease !== undefined) fail('settleCost', "cannot be combined with 'lease'", settleCost);
+  for (const field of Object.keys(FOLDED)) {
+    if (Object.hasOwn(options, field))
+      fail(field, FOLDED[field], (options as unknown as Record<string, unknown>)[field]);
   }
-  const { maxCost } = options;
-  if (settleCost !== undefined || maxCost !== undefined) {
-    if (settleCost === undefined) fail('maxCost', "applies only with 'settleCost'", maxCost);
-    // Without it, requests in flight together could each overdraw the budget: no bound at all.
-    if (maxCost === undefined) {
-      fail(
-        'maxCost',
-        "is required with 'settleCost': the most one request can really cost, so that requests in flight together never overdraw the budget by more than one request's overdraft",
-        maxCost,
-      );
-    }
-    if (typeof maxCost !== 'function') {
-      if (typeof maxCost !== 'number' || parseCount(maxCost) === undefined)
-        fail('maxCost', 'must be a positive whole number or a function of the ExecutionContext', maxCost);
-      if (typeof cost === 'number' && maxCost! < cost)
-        fail('maxCost', `is less than the reservation ('cost': ${cost})`, maxCost);
-    }
-  }
+  const tiers = tierRules(options, declaredOn, defaultName, subject, fail);
+  const { settleCost, maxCost } = settledCost(options, cost, countOn, fail);
   const { nearLimit } = options;
   if (nearLimit !== undefined && !(typeof nearLimit === 'number' && nearLimit > 0 && nearLimit < 1)) {
     fail('nearLimit', 'must be a share of the limit above 0 and below 1 (0.8: 80%)', nearLimit);
@@ -282,12 +161,120 @@ export function validateRule(
     skipIf,
     allow: parsedAllow.list,
     tiers,
-    tier: tiers ? tier : undefined,
+    tier: tiers ? options.tiers!.of : undefined,
     nearLimit,
     settleCost,
     maxCost,
     afterGuards: afterGuardsOf(by, tiers !== undefined, skipIf, settleCost, countOn),
   };
+}
+
+/** How `validateRule` reports a field that cannot work: it throws, naming the rule and the field. */
+type Fail = (field: string, problem: string, value: unknown) => never;
+
+/** The rule of each of `tiers.limits`, validated as the rule itself with that tier's thresholds. */
+function tierRules(
+  options: RateLimitOptions,
+  declaredOn: string,
+  defaultName: string | undefined,
+  subject: string,
+  fail: Fail,
+): Map<string, RateLimitRule> | undefined {
+  const given = options.tiers;
+  if (given === undefined) return undefined;
+  if (given === null || typeof given !== 'object' || Array.isArray(given)) {
+    fail(
+      'tiers',
+      'must be an object of `of` and `limits`, such as { of: (ctx) => plan, limits: { pro: 5000 } }',
+      given,
+    );
+  }
+  if (typeof given.of !== 'function') {
+    fail('tiers.of', "must be a function of the ExecutionContext naming one of 'tiers.limits'", given.of);
+  }
+  const { limits } = given;
+  if (limits === null || typeof limits !== 'object' || Array.isArray(limits)) {
+    fail('tiers.limits', 'must be an object of tier names and limits, such as { pro: 5000 }', limits);
+  }
+  if (options.lease !== undefined) fail('tiers', "cannot be combined with 'lease'", given);
+  const tiers = new Map<string, RateLimitRule>();
+  for (const [tierName, limit] of Object.entries(limits)) {
+    const field = `tiers.limits.${tierName}`;
+    if (!TIER_NAME.test(tierName)) fail(field, 'is not a tier name: 1 to 32 letters, digits, _ or -', tierName);
+    const values = typeof limit === 'number' ? { count: limit } : limit;
+    if (values === null || typeof values !== 'object') {
+      fail(field, 'must be a count, or an object of count, window and burst', limit);
+    }
+    const { configKey } = options;
+    tiers.set(tierName, {
+      tierName,
+      ...validateRule(
+        {
+          ...options,
+          count: values.count,
+          window: values.window ?? options.window,
+          burst: values.burst,
+          configKey: configKey === undefined ? undefined : `${configKey}.${tierName}`,
+          name: options.name ?? defaultName,
+          tiers: undefined,
+        },
+        declaredOn,
+        defaultName,
+        `${subject}, tier '${tierName}'`,
+      ),
+    });
+  }
+  if (tiers.size === 0) fail('tiers.limits', 'must name at least one tier', limits);
+  return tiers;
+}
+
+/** `settleCost` checked, as the rule keeps it: its function of the result, and the most a request may cost. */
+function settledCost(
+  options: RateLimitOptions,
+  cost: NonNullable<RateLimitOptions['cost']>,
+  countOn: RateLimitCountOn,
+  fail: Fail,
+): Pick<RateLimitRule, 'settleCost' | 'maxCost'> {
+  const given = options.settleCost;
+  if (given === undefined) return { settleCost: undefined, maxCost: undefined };
+  if (typeof given === 'function') {
+    fail(
+      'settleCost',
+      "must be { actual, max } (0.4): the function is 'settleCost.actual', 'maxCost' is 'settleCost.max'",
+      given,
+    );
+  }
+  if (given === null || typeof given !== 'object') {
+    fail(
+      'settleCost',
+      "must be { actual, max }: a function of the handler's result giving what the request cost, and the most one request can cost",
+      given,
+    );
+  }
+  if (typeof given.actual !== 'function') {
+    fail('settleCost.actual', "must be a function of the handler's result and the context", given.actual);
+  }
+  // Each decides what stays counted after the handler; one rule takes one of them.
+  if (countOn !== 'all') fail('settleCost', "cannot be combined with 'countOn'", given);
+  // A leased unit is this instance's, which a charge past it could not reach.
+  if (options.lease !== undefined) fail('settleCost', "cannot be combined with 'lease'", given);
+  const { max } = given;
+  // Without it, requests in flight together could each overdraw the budget: no bound at all.
+  if (max === undefined) {
+    fail(
+      'settleCost.max',
+      "is required: the most one request can really cost, so that requests in flight together never overdraw the budget by more than one request's overdraft",
+      max,
+    );
+  }
+  if (typeof max !== 'function') {
+    if (typeof max !== 'number' || parseCount(max) === undefined) {
+      fail('settleCost.max', 'must be a positive whole number or a function of the ExecutionContext', max);
+    }
+    if (typeof cost === 'number' && max < cost)
+      fail('settleCost.max', `is less than the reservation ('cost': ${cost})`, max);
+  }
+  return { settleCost: given.actual, maxCost: max };
 }
 
 function afterGuardsOf(
@@ -302,36 +289,9 @@ function afterGuardsOf(
   return { http, elsewhere: http || countOn !== 'all' };
 }
 
-/**
- * The options a rule was validated from, as far as they can be rebuilt: to validate it again with
- * values from a config centre, exactly as bootstrap validated the decorator.
- */
-export function ruleOptions(rule: RateLimitRule): RateLimitOptions {
-  const options: RateLimitOptions = {
-    count: rule.count,
-    window: rule.windowMs,
-    name: rule.name,
-    by: rule.by,
-    algorithm: rule.algorithm,
-    cost: rule.cost,
-    countOn: rule.countOn,
-  };
-  if (rule.configKey !== undefined) options.configKey = rule.configKey;
-  if (rule.burst !== undefined) options.burst = rule.burst;
-  if (rule.blockMs > 0) options.blockFor = rule.blockMs;
-  if (rule.onStoreError !== undefined) options.onStoreError = rule.onStoreError;
-  if (rule.lease > 0) options.lease = rule.lease;
-  if (rule.mode !== undefined) options.mode = rule.mode;
-  if (rule.skipIf !== undefined) options.skipIf = rule.skipIf;
-  if (rule.allow !== undefined) options.allow = rule.allow.source;
-  if (rule.nearLimit !== undefined) options.nearLimit = rule.nearLimit;
-  if (rule.settleCost !== undefined) options.settleCost = rule.settleCost;
-  if (rule.maxCost !== undefined) options.maxCost = rule.maxCost;
-  return options;
-}
-
 function describe(value: unknown): string {
   if (typeof value === 'string') return JSON.stringify(value);
   if (typeof value === 'function') return 'a function';
-  return String(value);
+  if (value === null || typeof value !== 'object') return String(value);
+  return Array.isArray(value) ? 'an array' : 'an object';
 }

@@ -1,61 +1,36 @@
 // The options of a rule, as `@RateLimit`, the module's `defaults` and the limiter's API take them.
+// Their members' types are written out here, not named: `RateLimitOptions['by']` names one.
 import type { ExecutionContext } from '@nestjs/common';
 import type { RateLimitAlgorithmName } from '../algorithms/algorithm.js';
-import type { Duration } from './duration.js';
 import type { RateLimitStoreErrorPolicy } from '../resilience/store-error-policy.js';
 import type { RateLimitAllowList } from './allow-list.js';
-
-/** What a `by` function may give: an identity, or none (`undefined`, `null`, `''`). */
-export type RateLimitIdentity = string | number | null | undefined;
-
-/**
- * Computes the identity a request is counted under (a user id, an API key, a tenant). It runs after
- * the app's guards, so it can read what an authentication guard set (`req.user?.id`). Requests it
- * gives no identity share one anonymous counter; throw an `HttpException` (e.g.
- * `BadRequestException`) to refuse them instead.
- */
-export type RateLimitIdentityResolver = (context: ExecutionContext) => RateLimitIdentity | Promise<RateLimitIdentity>;
-
-/**
- * Who shares a counter: `'ip'` (the client address as the HTTP adapter reports it, honouring the
- * app's trust-proxy setting), `'global'` (one counter for the rule), or a resolver function.
- */
-export type RateLimitBy = 'ip' | 'global' | RateLimitIdentityResolver;
-
-/** Units a request consumes: a number, or a function of the context (e.g. upload size in MB). */
-export type RateLimitCost = number | ((context: ExecutionContext) => number | Promise<number>);
-
-/**
- * Whether a request skips a rule (module-wide: every rule). It runs after the app's guards, as `by`
- * does. One that throws or rejects skips nothing: the request is decided as if it were not there
- * (the error is logged by sampling).
- */
-export type RateLimitSkipIf = (context: ExecutionContext) => boolean | Promise<boolean>;
-
-/**
- * The tier (plan) a request is counted under: a name of the rule's `tiers`. None (`undefined`,
- * `null`, `''`): the rule's own `count` and `window`. It runs after the app's guards, as `by` does.
- */
-export type RateLimitTierResolver = (
-  context: ExecutionContext,
-) => string | null | undefined | Promise<string | null | undefined>;
-
-/** A tier's limit: a count per the rule's window, or its own thresholds. */
-export type RateLimitTier = number | { count: number; window?: Duration; burst?: number };
 
 /** What `@RateLimit()` takes. */
 export interface RateLimitOptions {
   /**
-   * Requests admitted per window: a positive whole number. With `tiers`: the limit of a request the
-   * `tier` resolver names no tier for.
+   * Requests admitted per window: a positive whole number. With `tiers`: the limit of a request
+   * whose tier is none of `tiers.limits`.
    */
   count: number;
-  /** Window length: milliseconds or a duration string (`'500ms'`, `'1s'`, `'1m'`, `'1h'`, `'1d'`). */
-  window: Duration;
+  /**
+   * Window length: whole milliseconds, or a duration string (`'500ms'`, `'1s'`, `'1.5m'`, `'1h'`,
+   * `'1d'`), at most 365 days. A string of digits alone is milliseconds, as env files give them.
+   */
+  window: number | string;
   /** Key in the config centre whose `count` / `window` override the values above at run time. */
   configKey?: string;
-  /** Who shares a counter. Default `'ip'`. */
-  by?: RateLimitBy;
+  /**
+   * Who shares a counter: `'ip'` (default: the client address as the HTTP adapter reports it,
+   * honouring the app's trust-proxy setting), `'global'` (one counter for the rule), or a function
+   * of the context giving an identity (a user id, an API key, a tenant). The function runs after
+   * the app's guards, so it can read what an authentication guard set (`req.user?.id`). Requests it
+   * gives no identity (`undefined`, `null`, `''`) share one anonymous counter; throw an
+   * `HttpException` (e.g. `BadRequestException`) to refuse them instead.
+   */
+  by?:
+    | 'ip'
+    | 'global'
+    | ((context: ExecutionContext) => string | number | null | undefined | Promise<string | number | null | undefined>);
   /**
    * Stable name of the rule: part of the Redis key, and how a handler rule replaces a class rule.
    * Default `Controller` for a class rule (one budget for all its handlers), `Controller.method`
@@ -66,17 +41,17 @@ export interface RateLimitOptions {
   algorithm?: RateLimitAlgorithmName;
   /** token-bucket and gcra: units that may arrive at once. Default `count`. */
   burst?: number;
-  /** Units a request consumes. Default 1. */
-  cost?: RateLimitCost;
-  /** Once the rule rejects an identity, keep rejecting it for this long (a penalty). */
-  blockFor?: Duration;
+  /** Units a request consumes: a number, or a function of the context (e.g. upload size in MB). Default 1. */
+  cost?: number | ((context: ExecutionContext) => number | Promise<number>);
+  /** Once the rule rejects an identity, keep rejecting it for this long (a penalty), as `window` is written. */
+  blockFor?: number | string;
   /**
    * Which requests stay counted: `'all'` (default), `'success'` (the response's status is below
    * 400) or `'failure'` (400 or above, or the response never finished: a thrown handler, a timeout,
    * a broken stream). The others are refunded when the response ends. On a GraphQL operation or a
    * WebSocket message, the handler decides: its result is a success, its error a failure.
    */
-  countOn?: RateLimitCountOn;
+  countOn?: 'all' | 'success' | 'failure';
   /** What this rule decides when the store fails; default: the module's `storeErrors.policy`. */
   onStoreError?: RateLimitStoreErrorPolicy;
   /**
@@ -95,22 +70,34 @@ export interface RateLimitOptions {
    * module's `mode` (`'enforce'`).
    */
   mode?: RateLimitMode;
-  /** Requests this rule does not count (nor sends headers for): a function of the context. */
-  skipIf?: RateLimitSkipIf;
+  /**
+   * Requests this rule does not count (nor sends headers for): a function of the context. It runs
+   * after the app's guards, as `by` does. One that throws or rejects skips nothing: the request is
+   * decided as if it were not there (the error is logged by sampling).
+   */
+  skipIf?: (context: ExecutionContext) => boolean | Promise<boolean>;
   /**
    * Requests this rule does not count, by address, identity or user agent. A config centre's
    * `allow` for the rule's `configKey` replaces it while the app runs.
    */
   allow?: RateLimitAllowList;
   /**
-   * Limits per plan: `{ pro: 5000, partner: { count: 20000, window: '1m' } }`, picked per request by
-   * `tier`. A request of no tier (or one not declared here, said once) gets `count` and `window`.
-   * Tiers count on one counter per identity: an identity that changes plan keeps what it used. With
-   * a `configKey`, tier `pro` reads its live values from `<configKey>.pro`.
+   * Limits per plan, each request counted under the tier `of` names. A request of no tier (or of
+   * one not in `limits`, said once) gets `count` and `window`. Tiers count on one counter per
+   * identity: an identity that changes plan keeps what it used. With a `configKey`, tier `pro` reads
+   * its live values from `<configKey>.pro`.
+   *
+   * @example tiers: { of: (ctx) => ctx.switchToHttp().getRequest().user?.plan, limits: { pro: 5000, partner: { count: 20000, window: '1m' } } }
    */
-  tiers?: Readonly<Record<string, RateLimitTier>>;
-  /** Which of `tiers` a request is counted under. Required with `tiers`. */
-  tier?: RateLimitTierResolver;
+  tiers?: {
+    /**
+     * The tier a request is counted under: a name of `limits`, or none (`undefined`, `null`, `''`).
+     * It runs after the app's guards, as `by` does.
+     */
+    of: (context: ExecutionContext) => string | null | undefined | Promise<string | null | undefined>;
+    /** Each tier's limit: a count per the rule's window, or its own `count`, `window` and `burst`. */
+    limits: Readonly<Record<string, number | { count: number; window?: number | string; burst?: number }>>;
+  };
   /**
    * A share of the limit (above 0, below 1; `0.8`: 80%): the admission that takes an identity's use
    * to it or past it is counted in the metrics (`near_limit_total`) and given to the module's
@@ -118,30 +105,45 @@ export interface RateLimitOptions {
    */
   nearLimit?: number;
   /**
-   * The units a request really cost, known only after its handler (tokens an LLM call used, rows
-   * exported): a function of the handler's result. `cost` is then what is reserved up front (an
-   * estimate); after the handler the difference is refunded or charged, in one store call. An
-   * overdraft is charged in full, past the limit if need be, so the identity's next requests wait
-   * for it. A handler that throws keeps the reservation. Settled by `RateLimitInterceptor`, which
-   * `@RateLimit` adds; outside HTTP, `RateLimiterService.settleCost`. Needs `maxCost`.
+   * For a request whose real cost is known only after its handler (tokens an LLM call used, rows
+   * exported): `cost` is then what is reserved up front (an estimate); after the handler the
+   * difference is refunded or charged, in one store call. An overdraft is charged in full, past the
+   * limit if need be, so the identity's next requests wait for it. A handler that throws keeps the
+   * reservation. Settled by `RateLimitInterceptor`, which the module puts on the route; outside
+   * HTTP, `RateLimiterService.settleCost`.
+   *
+   * @example settleCost: { actual: (result: Completion) => result.usage.totalTokens, max: 4_000 }
    */
-  settleCost?: RateLimitSettleCost;
-  /**
-   * With `settleCost`: the most one request can really cost (an LLM call's `max_tokens`, an export's
-   * page size), or a function of the request giving it (not for `consume`). Until it is settled, a request counts against the others at its most: one is
-   * admitted only while the budget holds it and every request still in flight at their most. So
-   * requests running together never pass the budget by more than one request's overdraft (the
-   * most less the reservation), and one alone spends the budget by its estimate.
-   */
-  maxCost?: RateLimitCost;
+  settleCost?: {
+    /** What the request really cost, from its handler's result: a whole number, 0 or more. */
+    actual: (result: unknown, context: ExecutionContext) => number | Promise<number>;
+    /**
+     * The most one request can really cost (an LLM call's `max_tokens`, an export's page size), or a
+     * function of the request giving it (not for `consume`). Until it is settled, a request counts
+     * against the others at its most: one is admitted only while the budget holds it and every
+     * request still in flight at their most. So requests running together never pass the budget by
+     * more than one request's overdraft (the most less the reservation), and one alone spends the
+     * budget by its estimate.
+     */
+    max: number | ((context: ExecutionContext) => number | Promise<number>);
+  };
 }
-
-/** What a request really cost, from its handler's result (a whole number >= 0). */
-export type RateLimitSettleCost = (result: unknown, context: ExecutionContext) => number | Promise<number>;
 
 /** Whether a rule rejects (`'enforce'`), only reports what it would reject (`'shadow'`), or is skipped (`'off'`). */
 export type RateLimitMode = 'enforce' | 'shadow' | 'off';
 export const RATE_LIMIT_MODES: readonly RateLimitMode[] = ['enforce', 'shadow', 'off'];
 
-export type RateLimitCountOn = 'all' | 'success' | 'failure';
+/*
+ * The members' types by the names the library's code uses. Not exported by the package: users name
+ * them through the options (`RateLimitOptions['by']`), and the package's own signatures do too.
+ */
+export type RateLimitBy = NonNullable<RateLimitOptions['by']>;
+export type RateLimitCost = NonNullable<RateLimitOptions['cost']>;
+export type RateLimitCountOn = NonNullable<RateLimitOptions['countOn']>;
+export type RateLimitSkipIf = NonNullable<RateLimitOptions['skipIf']>;
+export type RateLimitTiers = NonNullable<RateLimitOptions['tiers']>;
+export type RateLimitTierResolver = RateLimitTiers['of'];
+/** What a request really cost, from its handler's result (`settleCost.actual`). */
+export type RateLimitSettleCost = NonNullable<RateLimitOptions['settleCost']>['actual'];
+
 export const COUNT_ON: readonly RateLimitCountOn[] = ['all', 'success', 'failure'];

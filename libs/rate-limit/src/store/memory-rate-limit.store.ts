@@ -1,7 +1,7 @@
 import { LRUCache } from 'lru-cache';
-import type { AlgorithmStep } from '../algorithms/algorithm.js';
 import { ALGORITHMS } from '../algorithms/algorithms.js';
 import { EvictedStateSketch } from './evicted-state-sketch.js';
+import { InFlightAdmissions, type Step } from './in-flight-admissions.js';
 import { keysBeside } from './key-layout.js';
 import {
   GRACE_MS,
@@ -13,19 +13,6 @@ import {
   capacityOf,
   claimMs,
 } from './rate-limit-store.js';
-
-type Step = Pick<AlgorithmStep<unknown>, 'allowed' | 'remaining' | 'resetMs'> & {
-  next?: unknown;
-  ttlMs?: number;
-  blocked?: boolean;
-  provisional?: boolean;
-};
-
-/** A `countOn` admission whose response has not ended yet, or a `settleCost` one's claim. */
-interface InFlight {
-  units: number;
-  admittedAt: number;
-}
 
 /** A key's state, with what its eviction must not give back. */
 interface HeldState {
@@ -68,15 +55,8 @@ export class MemoryRateLimitStore extends RateLimitStore {
   private readonly blockedUntil: LRUCache<string, number>;
   private readonly evictedStates: EvictedStateSketch;
   private readonly evictedBlocks: EvictedStateSketch;
-  /**
-   * Per pending key, the `countOn` and `settleCost` admissions in flight by nonce. An entry whose
-   * settle never came lapses (a `countOn` one after a window, a claim after `claimMs`). A key
-   * evicted early makes a `countOn` rule's rejections final sooner (a penalty may start), which
-   * gives no budget back; it frees a `settleCost` rule's claims, which does: under a flood of more
-   * than `maxKeys` identities in flight, their requests together may pass the budget by more than
-   * one overdraft. (Redis keeps every claim.)
-   */
-  private readonly inFlight: LRUCache<string, Map<string, InFlight>>;
+  /** The `countOn` and `settleCost` admissions in flight. */
+  private readonly inFlight: InFlightAdmissions;
   private sequence = 0;
   /** The time of the call under way, for the eviction callbacks. */
   private now = 0;
@@ -101,7 +81,7 @@ export class MemoryRateLimitStore extends RateLimitStore {
         if (reason === 'evict') this.evictedBlocks.add(key, 1, until, this.latest, this.now);
       },
     });
-    this.inFlight = new LRUCache({ max: maxKeys });
+    this.inFlight = new InFlightAdmissions(maxKeys);
     this.description = `in-process memory store (up to ${maxKeys} keys; not shared across instances)`;
   }
 
@@ -116,8 +96,8 @@ export class MemoryRateLimitStore extends RateLimitStore {
       }
       const state = this.stateOf(hit, now);
       const step: Step = ALGORITHMS[hit.algorithm].step(state, hit, now);
-      if (!step.allowed && hit.conditional) step.provisional = this.refusedByInFlight(hit, state, step, now);
-      if (step.allowed && hit.overdraftBound !== undefined) return this.withMostInFlight(hit, state, step, now);
+      if (!step.allowed && hit.conditional) step.provisional = this.inFlight.provisional(hit, state, step, now);
+      if (step.allowed && hit.overdraftBound !== undefined) return this.inFlight.withMost(hit, state, step, now);
       return step;
     });
     const allowed = steps.every((step) => step.allowed);
@@ -126,8 +106,8 @@ export class MemoryRateLimitStore extends RateLimitStore {
       const step = steps[i];
       if (allowed) {
         this.hold(hit, step.next, step.remaining, step.ttlMs ?? 0, now);
-        if (hit.conditional) this.admitInFlight(hit, hit.cost, hit.windowMs, nonce, now);
-        else if (hit.overdraftBound) this.admitInFlight(hit, hit.overdraftBound, claimMs(hit), nonce, now);
+        if (hit.conditional) this.inFlight.admit(hit, hit.cost, hit.windowMs, nonce, now);
+        else if (hit.overdraftBound) this.inFlight.admit(hit, hit.overdraftBound, claimMs(hit), nonce, now);
       } else if (!step.allowed && !step.blocked && !step.provisional && hit.blockMs > 0) {
         this.blockedUntil.set(keysBeside(hit.key).blockKey, now + hit.blockMs, { ttl: hit.blockMs + GRACE_MS });
         step.resetMs = Math.max(step.resetMs, hit.blockMs);
@@ -171,14 +151,14 @@ export class MemoryRateLimitStore extends RateLimitStore {
       // A refused step reports what was left before its units; what is left after them is wanted.
       const remaining = step.allowed ? step.remaining : algorithm.step(step.next, { ...hit, cost: 0 }, now).remaining;
       this.hold(hit, step.next, remaining, step.ttlMs, now);
-      if (hit.settles !== undefined) this.endInFlight(hit, hit.settles);
+      if (hit.settles !== undefined) this.inFlight.end(hit, hit.settles);
     }
     return Promise.resolve();
   }
 
   settle(settlements: readonly RateLimitSettlement[]): Promise<void> {
     for (const { hit, receipt, refund } of settlements) {
-      this.endInFlight(hit, receipt.nonce);
+      this.inFlight.end(hit, receipt.nonce);
       if (!refund) continue;
       // An evicted key's units stay in the sketch: its refund is lost, on the safe side. `used`
       // stays too: a refund only lowers the state, so it still bounds it.
@@ -198,65 +178,9 @@ export class MemoryRateLimitStore extends RateLimitStore {
       const { blockKey, pendingKey } = keysBeside(key);
       this.states.delete(key);
       this.blockedUntil.delete(blockKey);
-      this.inFlight.delete(pendingKey);
+      this.inFlight.forget(pendingKey);
     }
     return Promise.resolve();
-  }
-
-  /**
-   * Whether a refused `countOn` hit would be admitted but for the units of admissions still in
-   * flight, as the Redis script decides it: provisional, no penalty, worth asking again.
-   */
-  private refusedByInFlight(hit: RateLimitHit, state: unknown, step: Step, now: number): boolean {
-    const inFlight = this.inFlight.get(keysBeside(hit.key).pendingKey);
-    if (!inFlight) return false;
-    this.dropUnsettled(inFlight, hit.windowMs, now);
-    // Only admissions a refund could give back: a fixed window's since it started.
-    const since = hit.algorithm === 'fixed-window' ? (step.next as { start: number }).start : now - hit.windowMs + 1;
-    let units = 0;
-    for (const admission of inFlight.values()) if (admission.admittedAt >= since) units += admission.units;
-    if (units === 0) return false;
-    return ALGORITHMS[hit.algorithm].step(state, { ...hit, cost: Math.max(0, hit.cost - units) }, now).allowed;
-  }
-
-  /**
-   * An admitted `settleCost` hit, as the Redis script decides it: refused (provisionally, no
-   * penalty) unless the budget holds it and every admission still in flight at its most.
-   */
-  private withMostInFlight(hit: RateLimitHit, state: unknown, step: Step, now: number): Step {
-    const inFlight = this.inFlight.get(keysBeside(hit.key).pendingKey);
-    if (!inFlight) return step;
-    this.dropUnsettled(inFlight, claimMs(hit), now);
-    let most = 0;
-    for (const admission of inFlight.values()) most += admission.units;
-    if (most === 0) return step;
-    const worst: Step = ALGORITHMS[hit.algorithm].step(state, { ...hit, cost: hit.cost + most }, now);
-    if (worst.allowed) return step;
-    // As the Redis script answers it: nothing left while they run, which ends by their claims' end.
-    return { allowed: false, remaining: 0, resetMs: Math.min(worst.resetMs, claimMs(hit)), provisional: true };
-  }
-
-  /** @param units what the admission holds in flight: a `countOn` one's cost, a `settleCost` one's overdraft. */
-  /** @param lifetimeMs how long it holds unsettled: a `countOn` admission a window, a claim `claimMs`. */
-  private admitInFlight(hit: RateLimitHit, units: number, lifetimeMs: number, nonce: string, now: number): void {
-    const { pendingKey } = keysBeside(hit.key);
-    const inFlight = this.inFlight.get(pendingKey) ?? new Map<string, InFlight>();
-    this.dropUnsettled(inFlight, lifetimeMs, now);
-    inFlight.set(nonce, { units, admittedAt: now });
-    this.inFlight.set(pendingKey, inFlight, { ttl: lifetimeMs + GRACE_MS });
-  }
-
-  private endInFlight(hit: RateLimitHit, nonce: string): void {
-    const { pendingKey } = keysBeside(hit.key);
-    const inFlight = this.inFlight.get(pendingKey);
-    if (inFlight?.delete(nonce) && inFlight.size === 0) this.inFlight.delete(pendingKey);
-  }
-
-  /** Admissions whose settle never came hold nothing after their lifetime (a window, or `claimMs`). */
-  private dropUnsettled(inFlight: Map<string, InFlight>, lifetimeMs: number, now: number): void {
-    for (const [nonce, admission] of inFlight) {
-      if (admission.admittedAt <= now - lifetimeMs) inFlight.delete(nonce);
-    }
   }
 
   /** Counter states held (at most `maxKeys`); for tests and diagnostics. */

@@ -38,8 +38,8 @@ export interface RateLimitHit {
    */
   conditional: boolean;
   /**
-   * A `settleCost` rule's admission: the most it may yet be charged past its cost (`maxCost` less
-   * `cost`). Until settled (a window at most) it counts against the identity's other admissions, so
+   * A `settleCost` rule's admission: the most it may yet be charged past its cost
+   * (`settleCost.max` less `cost`). Until settled (a window at most) it counts against the identity's other admissions, so
    * requests in flight together cannot overdraw the budget by more than one of them. Undefined for
    * other rules. A store of your own may ignore it (and with it the bound).
    */
@@ -118,11 +118,6 @@ export function remainingAfter(decision: RateLimitDecision, requestAllowed: bool
  */
 export function unaskedDecision(hit: RateLimitHit): RateLimitDecision {
   return { allowed: true, limit: hit.limit, remaining: hit.limit, resetMs: hit.windowMs };
-}
-
-/** Units in a hit's counter after its request: nothing of a refused request was counted. */
-export function committedUnits(hit: RateLimitHit, consumption: RateLimitConsumption, index: number): number {
-  return hit.limit - remainingAfter(consumption.decisions[index], consumption.allowed, hit.cost);
 }
 
 /** A rule's counter for one identity as it stands, read without counting anything (`inspect`). */

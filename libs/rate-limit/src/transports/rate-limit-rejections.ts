@@ -1,14 +1,5 @@
 import { IntrinsicException } from '@nestjs/common';
-import { rejectionMessage } from '../limiter/rate-limit-outcome.js';
-
-/** What a rejected GraphQL operation's error carries in `extensions`. */
-export interface RateLimitGraphQLExtensions {
-  code: 'RATE_LIMITED';
-  /** Seconds until the operation can be admitted again. */
-  retryAfter: number;
-  /** The rule that rejected it. */
-  rule: string;
-}
+import { rejectionMessage } from '../http/rate-limit.exception.js';
 
 /**
  * Thrown by `RateLimitGuard` when a rule rejects a GraphQL operation. It is no `HttpException`, so
@@ -18,7 +9,14 @@ export interface RateLimitGraphQLExtensions {
  */
 export class RateLimitGraphQLError extends IntrinsicException {
   override readonly name = 'RateLimitGraphQLError';
-  readonly extensions: RateLimitGraphQLExtensions;
+  /** What the error carries to the client. */
+  readonly extensions: {
+    code: 'RATE_LIMITED';
+    /** Seconds until the operation can be admitted again. */
+    retryAfter: number;
+    /** The rule that rejected it. */
+    rule: string;
+  };
 
   constructor(retryAfter: number, rule: string, message = rejectionMessage(rule, retryAfter)) {
     super(message);

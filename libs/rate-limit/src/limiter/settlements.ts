@@ -2,26 +2,54 @@ import { describeError } from '../logging/describe-error.js';
 import type { StoreProblemLog } from '../logging/store-problem-log.js';
 import type { DecidingStore } from '../resilience/deciding-store.js';
 import { type RateLimitRefund, type RateLimitSettlement, holdsInFlight } from '../store/rate-limit-store.js';
-import type { Warnings } from './prepare-hits.js';
+import type { LimiterSteps } from './limiter-steps.js';
+import { Warnings } from './rule-thresholds.js';
 import type { RateLimitOutcome } from './rate-limit-outcome.js';
 
 /**
- * Settles what a request really cost under its rules with `settleCost`
- * (`RateLimiterService.settleCost`): taken only by outcomes that reserved units, so other requests
- * never reach it. Each rule's reservation against the real cost: less is refunded, more charged
- * past the limit if need be, in the call that ends the admission's claim in flight. Where the
- * local fallback admitted the request (the store out), the store layers settle it there.
+ * Ends what admitted requests hold until they are done: units in flight by `countOn`
+ * (`RateLimiterService.settle`) and reservations by `settleCost` (`settleCost`). Taken only by
+ * outcomes that hold some, so other requests never reach it. Where the local fallback admitted the
+ * request (the store out), the store layers settle it there.
  */
-export class CostSettlement {
+export class Settlements {
+  private readonly warnings = new Warnings();
+
   constructor(
     private readonly store: DecidingStore,
     private readonly problems: StoreProblemLog,
-    private readonly warnings: Warnings,
+    private readonly steps: LimiterSteps,
     private readonly now: () => number | undefined,
   ) {}
 
-  /** Never throws: a failed call leaves the reservations counted (logged), an invalid cost too (said once). */
-  async settle(outcome: RateLimitOutcome, actual: number | Readonly<Record<string, number>>): Promise<void> {
+  /**
+   * `countOn` units no longer in flight, and refunded for rules whose `countOn` the response did not
+   * meet; requests waiting on them are woken. Never throws: a failed call leaves them counted (logged).
+   */
+  async countOn(settled: RateLimitOutcome, succeeded: boolean): Promise<void> {
+    const settlements = settled.conditional.map(({ countOn, refund }) => ({
+      ...refund,
+      refund: (countOn === 'success') !== succeeded,
+    }));
+    try {
+      await this.store.settle(settlements);
+    } catch (error) {
+      const reason = describeError(error);
+      this.problems.report(`refund:${reason}`, `Settling countOn units failed (${reason}); they stay counted`);
+    } finally {
+      this.steps.released(
+        settlements.map(({ hit }) => hit.key),
+        'settled',
+      );
+    }
+  }
+
+  /**
+   * Each `settleCost` rule's reservation against the real cost: less is refunded, more charged past
+   * the limit if need be, in the call that ends the admission's claim in flight. Never throws: a
+   * failed call leaves the reservations counted (logged), an invalid cost too (said once).
+   */
+  async cost(outcome: RateLimitOutcome, actual: number | Readonly<Record<string, number>>): Promise<void> {
     const { reserved } = outcome;
     if (reserved.length === 0) return;
     // Each ends its claim in flight: a refund, or the reservation kept, by `settle`; a charge by itself.
