@@ -58,7 +58,7 @@ module.exports = {
         'ioredis and @nestjs/config are optional peers: an app on the embedded store runs without them. ' +
         'Only the files that load them when configured (redis-connection.ts, app-config.ts) may import ' +
         'them at run time; everywhere else, types only.',
-      from: { path: SRC, pathNot: ['redis/redis-connection\\.ts$', 'live/app-config\\.ts$', '\\.spec\\.ts$'] },
+      from: { path: SRC, pathNot: ['redis/redis-connection\\.ts$', 'limiter/app-config\\.ts$', '\\.spec\\.ts$'] },
       to: { path: 'node_modules/(ioredis|@nestjs/config)/', dependencyTypesNot: ['type-only'] },
     },
     {
@@ -97,6 +97,19 @@ module.exports = {
       from: STORES,
       to: `${SRC}(http|transports|guard|limiter|resilience)/`,
     }),
+    {
+      name: 'core-imports-no-wings',
+      severity: 'error',
+      comment:
+        'Live limits (live/) and operations (ops/) are extensions an app adds to the module ' +
+        '(`extensions: [rateLimitMetrics(), ...]`); the core, module/ included, offers seams they fill ' +
+        '(module/extension.ts, the DECISION_OBSERVER token, limiter steps) and never imports them: an app ' +
+        'that adds none loads none.',
+      from: {
+        path: `${SRC}(module|limiter|http|transports|guard|rules|store|redis|resilience|algorithms|logging|decorators)/`,
+      },
+      to: { path: `${SRC}(live|ops)/` },
+    },
     ...layerRule({
       name: 'request-path-imports-no-live-or-ops',
       comment:
@@ -112,14 +125,15 @@ module.exports = {
       severity: 'error',
       comment:
         'module/ composes every layer, so nothing but it and the entries (index.ts, live/ and ops/ ' +
-        "index.ts, the CLIs of package.json's bin) imports it. Except its two leaves, a shared bottom " +
+        "index.ts, the CLIs of package.json's bin) imports it. Except its leaves, a shared bottom " +
         'layer every folder may read: options.ts (the option types and RESOLVED_RATE_LIMIT_OPTIONS, which ' +
-        'services inject; it imports only types) and defaults.ts (every default and internal constant).',
+        'services inject; it imports only types), defaults.ts (every default and internal constant) and ' +
+        'extension.ts (the shape of an extension, which live/ and ops/ make).',
       from: {
         path: SRC,
         pathNot: [`${SRC}module/`, `${SRC}((live|ops)/)?index\\.ts$`, '\\.cli\\.ts$'],
       },
-      to: { path: `${SRC}module/`, pathNot: `${SRC}module/(options|defaults)\\.ts$` },
+      to: { path: `${SRC}module/`, pathNot: `${SRC}module/(options|defaults|extension)\\.ts$` },
     },
   ],
   options: {

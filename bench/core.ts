@@ -27,6 +27,7 @@ import { Redis } from 'ioredis';
 import { Registry } from 'prom-client';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import type { RateLimitAlgorithmName } from 'nest-rate-limit/store';
+import { rateLimitMetrics } from 'nest-rate-limit/ops';
 import { ALGORITHM_NAMES, ruleKeyId } from 'nest-rate-limit/store';
 import { startRedisServer } from '../test/support/redis-server.js';
 import { redisCpuUs } from './support/redis-cpu.js';
@@ -119,7 +120,10 @@ async function main(): Promise<void> {
   const flexibleThree = [rlf(HUGE, false, 'rlf1'), rlf(HUGE, false, 'rlf2'), rlf(HUGE, false, 'rlf3')];
   const { store, limiter, close } = await createStore({ redis: server.url });
   // The same with Prometheus metrics on, in a registry of its own: their cost per decision.
-  const metered = await createStore({ redis: server.url, metrics: { registry: new Registry() } });
+  const metered = await createStore({
+    redis: server.url,
+    extensions: [rateLimitMetrics({ registry: new Registry() })],
+  });
   const rule = { name: 'bench', count: HUGE, window: '1m' } as const;
   const attackRule = { name: 'attack', count: 5, window: '1m' } as const;
   const globalRule = { name: 'global', count: HUGE, window: '1m', by: 'global' } as const;

@@ -11,12 +11,16 @@ import { ROOT } from '../support/demo-process.js';
 const ENTRY_NAMES_BUDGETS = {
   // 0.3: an option's members are no names of their own (`RateLimitOptions['by']`), nor are the
   // exceptions' bodies (`getResponse()`); the store-error policy, the algorithms' names and Redis's
-  // timeout error and options from the environment moved to the store entry.
-  'libs/rate-limit/src/index.ts': 27,
-  // 0.3: RateLimitRuleLimits is part of RateLimitLimitEntry.
-  'libs/rate-limit/src/live/index.ts': 15,
-  // RateLimitKeyAudit: the key audit on demand, which was a member of RedisService.
-  'libs/rate-limit/src/ops/index.ts': 9,
+  // timeout error and options from the environment moved to the store entry. RateLimitExtension: the
+  // type of `extensions`, what the wings' functions return.
+  'libs/rate-limit/src/index.ts': 28,
+  // 0.3: RateLimitRuleLimits is part of RateLimitLimitEntry. rateLimitManagement(): the extension
+  // that adds RateLimitManagementService, made for every app before.
+  'libs/rate-limit/src/live/index.ts': 16,
+  // RateLimitKeyAudit: the key audit on demand, which was a member of RedisService. The extensions
+  // rateLimitMetrics(), rateLimitHealth() and rateLimitKeyAudit(): the `metrics` option, and what every
+  // app was given before.
+  'libs/rate-limit/src/ops/index.ts': 12,
   // 0.3: RateLimitStoreErrorPolicy, RateLimitAlgorithmName, RedisTimeoutError and
   // redisOptionsFromEnv moved here from the main entry; RateLimitCircuitBreakerOptions is part of
   // RateLimitStoreErrorOptions.

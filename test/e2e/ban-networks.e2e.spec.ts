@@ -6,6 +6,7 @@ import {
   RateLimitConfigCentre,
   RateLimitManagementService,
   RedisConfigCentre,
+  rateLimitManagement,
 } from 'nest-rate-limit/live';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -58,7 +59,13 @@ async function startApp(
     platform,
     trustProxy: true,
     controllers: [ApiController],
-    rateLimit: { redis, keyPrefix, configCentre: redis ? RedisConfigCentre : MemoryConfigCentre, ...extra },
+    rateLimit: {
+      redis,
+      keyPrefix,
+      configCentre: redis ? RedisConfigCentre : MemoryConfigCentre,
+      extensions: [rateLimitManagement()],
+      ...extra,
+    },
   });
 }
 

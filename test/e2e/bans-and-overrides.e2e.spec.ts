@@ -4,7 +4,12 @@ import { Test } from '@nestjs/testing';
 import { SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
 import { Redis } from 'ioredis';
 import { RateLimit, RateLimitConfigurationError, RateLimitModule } from 'nest-rate-limit';
-import { MemoryConfigCentre, RateLimitManagementService, RedisConfigCentre } from 'nest-rate-limit/live';
+import {
+  MemoryConfigCentre,
+  RateLimitManagementService,
+  RedisConfigCentre,
+  rateLimitManagement,
+} from 'nest-rate-limit/live';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
@@ -88,6 +93,7 @@ async function startApp(
       keyPrefix,
       clock: clock.read,
       configCentre: redis ? RedisConfigCentre : MemoryConfigCentre,
+      extensions: [rateLimitManagement()],
       ...extra,
     },
   });
@@ -344,6 +350,7 @@ describeStores('a ban on a WebSocket client', (store) => {
           redis,
           keyPrefix: uniquePrefix(),
           configCentre: redis ? RedisConfigCentre : MemoryConfigCentre,
+          extensions: [rateLimitManagement()],
         }),
       ],
       providers: [ChatGateway],
@@ -431,7 +438,13 @@ describe('a process without the rules (as the CLI is), on the Redis of an app', 
     apps.push(app);
     const operator = await createTestApp({
       controllers: [],
-      rateLimit: { redis: await store.redis(), keyPrefix, configCentre: RedisConfigCentre, globalGuard: false },
+      rateLimit: {
+        redis: await store.redis(),
+        keyPrefix,
+        configCentre: RedisConfigCentre,
+        extensions: [rateLimitManagement()],
+        globalGuard: false,
+      },
     });
     apps.push(operator);
     const management = operator.get(RateLimitManagementService);
@@ -466,7 +479,13 @@ describe('a process without the rules, on the Redis of an app with a settleCost 
   it('knows the rule by its catalogue, and checks values against it', async () => {
     const store = STORES.find(({ name }) => name === 'Redis')!;
     const keyPrefix = uniquePrefix();
-    const rateLimit = { redis: await store.redis(), keyPrefix, configCentre: RedisConfigCentre };
+    // The app catalogues its rules in Redis (rateLimitManagement()) for the process that has none.
+    const rateLimit = {
+      redis: await store.redis(),
+      keyPrefix,
+      configCentre: RedisConfigCentre,
+      extensions: [rateLimitManagement()],
+    };
     const app = await createTestApp({ controllers: [TokensController], rateLimit });
     const operator = await createTestApp({ controllers: [], rateLimit: { ...rateLimit, globalGuard: false } });
     try {

@@ -4,7 +4,12 @@ import { GraphQLModule, Query, Resolver } from '@nestjs/graphql';
 import { ConfigModule } from '@nestjs/config';
 import { Test } from '@nestjs/testing';
 import { RateLimit, RateLimitConfigurationError, RateLimitModule, RateLimiterService } from 'nest-rate-limit';
-import { MemoryConfigCentre, RateLimitManagementService, RedisConfigCentre } from 'nest-rate-limit/live';
+import {
+  MemoryConfigCentre,
+  RateLimitManagementService,
+  RedisConfigCentre,
+  rateLimitManagement,
+} from 'nest-rate-limit/live';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { LogCapture } from '../support/log-capture.js';
@@ -215,6 +220,7 @@ describeStores('allow lists changed live through the config centre', (store) => 
         redis,
         keyPrefix,
         configCentre: redis ? RedisConfigCentre : MemoryConfigCentre,
+        extensions: [rateLimitManagement()],
         allow: { configKey: 'allow', addresses: ['203.0.113.0/24'] },
       },
     });
@@ -290,6 +296,7 @@ describeStores('bans outrank every exemption', (store) => {
         redis,
         keyPrefix: uniquePrefix(),
         configCentre: redis ? RedisConfigCentre : MemoryConfigCentre,
+        extensions: [rateLimitManagement()],
         allow: { addresses: ['203.0.113.0/24'], userAgents: [{ agent: 'kube-probe', from: ['198.51.100.0/24'] }] },
         skipIf: (context: ExecutionContext) => header(context, 'x-synthetic') === '1',
       },

@@ -1,5 +1,6 @@
 import { Controller, Get, type INestApplication } from '@nestjs/common';
 import { RateLimit, RateLimitConfigurationError, type RateLimitNearLimitEvent } from 'nest-rate-limit';
+import { rateLimitMetrics } from 'nest-rate-limit/ops';
 import { Registry } from 'prom-client';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -52,7 +53,7 @@ describeStoresAndPlatforms('nearLimit: warned before the 429', (store, platform)
       rateLimit: {
         redis: await store.redis(),
         keyPrefix: uniquePrefix(),
-        metrics: { registry },
+        extensions: [rateLimitMetrics({ registry })],
         onNearLimit: (event) => void events.push(event),
       },
     });

@@ -1,6 +1,6 @@
 import { Controller, Get, type INestApplication, ServiceUnavailableException } from '@nestjs/common';
 import { RateLimit, RateLimitConfigurationError } from 'nest-rate-limit';
-import { RateLimitManagementService, MemoryConfigCentre } from 'nest-rate-limit/live';
+import { RateLimitManagementService, MemoryConfigCentre, rateLimitManagement } from 'nest-rate-limit/live';
 import request from 'supertest';
 import { afterEach, expect, it } from 'vitest';
 import { LogCapture } from '../support/log-capture.js';
@@ -74,7 +74,13 @@ describeStores('shadow mode', (store) => {
     app = await createTestApp({
       controllers: [ShadowController],
       logger: logs,
-      rateLimit: { redis: await store.redis(), keyPrefix: uniquePrefix(), configCentre: MemoryConfigCentre, ...extra },
+      rateLimit: {
+        redis: await store.redis(),
+        keyPrefix: uniquePrefix(),
+        configCentre: MemoryConfigCentre,
+        extensions: [rateLimitManagement()],
+        ...extra,
+      },
     });
     return app.get(RateLimitManagementService);
   }

@@ -13,7 +13,12 @@ import { GqlExecutionContext, GraphQLModule, Query, Resolver } from '@nestjs/gra
 import { ConfigModule } from '@nestjs/config';
 import { Test } from '@nestjs/testing';
 import { RateLimit, RateLimitModule } from 'nest-rate-limit';
-import { MemoryConfigCentre, RateLimitManagementService, RedisConfigCentre } from 'nest-rate-limit/live';
+import {
+  MemoryConfigCentre,
+  RateLimitManagementService,
+  RedisConfigCentre,
+  rateLimitManagement,
+} from 'nest-rate-limit/live';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { LogCapture } from '../support/log-capture.js';
@@ -109,7 +114,12 @@ describeStores('a tier changed live', (store) => {
     const redis = await store.redis();
     const app = await createTestApp({
       controllers: [ReportsController],
-      rateLimit: { redis, keyPrefix: uniquePrefix(), configCentre: redis ? RedisConfigCentre : MemoryConfigCentre },
+      rateLimit: {
+        redis,
+        keyPrefix: uniquePrefix(),
+        configCentre: redis ? RedisConfigCentre : MemoryConfigCentre,
+        extensions: [rateLimitManagement()],
+      },
     });
     try {
       const management = app.get(RateLimitManagementService);

@@ -30,6 +30,7 @@ const ENTRIES: Record<string, { declarations: string; names: string[] }> = {
       'RateLimitBannedException',
       'RateLimitConfigurationError',
       'RateLimitException',
+      'RateLimitExtension',
       'RateLimitGraphQLError',
       'RateLimitGuard',
       'RateLimitInspection',
@@ -70,6 +71,7 @@ const ENTRIES: Record<string, { declarations: string; names: string[] }> = {
       'RateLimitPermissionError',
       'RateLimitStoreUnavailableError',
       'RedisConfigCentre',
+      'rateLimitManagement',
     ],
   },
   'nest-rate-limit/ops': {
@@ -84,6 +86,9 @@ const ENTRIES: Record<string, { declarations: string; names: string[] }> = {
       'RateLimitLoggingOptions',
       'RedisMemoryState',
       'SampledLogLevel',
+      'rateLimitHealth',
+      'rateLimitKeyAudit',
+      'rateLimitMetrics',
     ],
   },
   'nest-rate-limit/store': {

@@ -6,8 +6,13 @@ import { Controller, type ExecutionContext, Get, type INestApplication } from '@
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { RateLimit } from 'nest-rate-limit';
-import { RateLimitManagementService, RateLimitPermissionError, RedisConfigCentre } from 'nest-rate-limit/live';
-import { RateLimitHealthIndicator } from 'nest-rate-limit/ops';
+import {
+  RateLimitManagementService,
+  RateLimitPermissionError,
+  RedisConfigCentre,
+  rateLimitManagement,
+} from 'nest-rate-limit/live';
+import { RateLimitHealthIndicator, rateLimitHealth } from 'nest-rate-limit/ops';
 import { ROOT } from '../support/demo-process.js';
 import { LogCapture } from '../support/log-capture.js';
 import { until } from '../support/poll.js';
@@ -74,7 +79,12 @@ describe('under the documented least-privilege ACL', () => {
     logs = new LogCapture();
     app = await createTestApp({
       controllers: [AclController],
-      rateLimit: { redis: url, keyPrefix: 'rl', configCentre: RedisConfigCentre },
+      rateLimit: {
+        redis: url,
+        keyPrefix: 'rl',
+        configCentre: RedisConfigCentre,
+        extensions: [rateLimitManagement(), rateLimitHealth()],
+      },
       logger: logs,
     });
     return app;
@@ -187,7 +197,12 @@ describe('under the documented least-privilege ACL', () => {
     // The management service, as the read-only user: a RateLimitPermissionError.
     const viewerApp = await createTestApp({
       controllers: [],
-      rateLimit: { redis: viewer, keyPrefix: 'rl', configCentre: RedisConfigCentre },
+      rateLimit: {
+        redis: viewer,
+        keyPrefix: 'rl',
+        configCentre: RedisConfigCentre,
+        extensions: [rateLimitManagement()],
+      },
     });
     try {
       const refused = viewerApp.get(RateLimitManagementService).set('acl.route', { count: 50 }, { by: 'mallory' });

@@ -1,6 +1,7 @@
 import { Controller, Get, type INestApplication } from '@nestjs/common';
 import { describe, expect, it } from 'vitest';
 import { RateLimit, RateLimitConfigurationError, RateLimitModule, SkipRateLimit } from 'nest-rate-limit';
+import { rateLimitMetrics } from 'nest-rate-limit/ops';
 import { ruleKeyId } from 'nest-rate-limit/store';
 import request from 'supertest';
 import { createTestApp } from '../support/test-app.js';
@@ -258,6 +259,19 @@ describe('bad module options fail when the module is declared', () => {
       "RateLimitModule options: 'blockCache.maxKeys' is no longer an option (0.3): the block cache holds 10000 keys; give blockCache: true or false",
     );
     expect(() => RateLimitModule.forRoot({ blockCache: false, logging: { level: 'debug' } })).not.toThrow();
+  });
+
+  it('says which extension an option of 0.3 became, and refuses extensions no extension function made', () => {
+    expect(() => RateLimitModule.forRoot({ metrics: true } as never)).toThrow(
+      "RateLimitModule options: 'metrics' is now an extension: extensions: [rateLimitMetrics({ registry, prefix }) from 'nest-rate-limit/ops']",
+    );
+    expect(() => RateLimitModule.forRoot({ extensions: [{ metrics: true }] as never })).toThrow(
+      "RateLimitModule options: 'extensions' must be a list of what the extension functions return",
+    );
+    expect(() => rateLimitMetrics({ prefix: 'rate-limit' })).toThrow(
+      `rateLimitMetrics options: 'prefix' must be the start of a Prometheus metric name`,
+    );
+    expect(() => RateLimitModule.forRoot({ extensions: [rateLimitMetrics({ prefix: 'api_' })] })).not.toThrow();
   });
 
   it('says what an option 0.3 fixed as a constant now is', () => {

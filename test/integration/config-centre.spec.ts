@@ -14,7 +14,7 @@ import { ConfigService } from '@nestjs/config';
 import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { RateLimit } from 'nest-rate-limit';
-import { RateLimitConfigCentre, type RateLimitOverride } from 'nest-rate-limit/live';
+import { MemoryConfigCentre, RateLimitConfigCentre, type RateLimitOverride } from 'nest-rate-limit/live';
 import { LogCapture } from '../support/log-capture.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
@@ -228,5 +228,20 @@ describe('a config centre that pushes changes (a JSON file watched)', () => {
     writeFileSync(JsonFileConfigCentre.path, JSON.stringify({ 'tuned.a': { count: 3 } }));
     await loaded;
     expect(await statuses(app, '/tuned/a', 3)).toEqual([200, 200, 429]);
+  });
+});
+
+describe('a live centre given as a class', () => {
+  it("reads the app's ConfigService beneath the values written to it", async () => {
+    const app = await createTestApp({ controllers: [], rateLimit: { configCentre: MemoryConfigCentre } });
+    try {
+      app.get(ConfigService).set('limits.jobs', { count: 7, window: '1m' });
+      const centre = app.get(RateLimitConfigCentre) as MemoryConfigCentre;
+      expect(centre.get('jobs')).toEqual({ count: 7, window: '1m' });
+      await centre.write('jobs', { count: 9 });
+      expect(centre.get('jobs')).toEqual({ count: 9, window: '1m' });
+    } finally {
+      await app.close();
+    }
   });
 });

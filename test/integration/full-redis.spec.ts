@@ -2,7 +2,7 @@ import { Controller, type ExecutionContext, Get, type INestApplication } from '@
 import request from 'supertest';
 import { afterAll, describe, expect, it } from 'vitest';
 import { RateLimit } from 'nest-rate-limit';
-import { type RateLimitHealth, RateLimitHealthIndicator } from 'nest-rate-limit/ops';
+import { type RateLimitHealth, RateLimitHealthIndicator, rateLimitHealth } from 'nest-rate-limit/ops';
 import { LogCapture } from '../support/log-capture.js';
 import { startRedisServer } from '../support/redis-server.js';
 import { fill } from '../support/fill-redis.js';
@@ -58,7 +58,7 @@ async function underPolicy(policy: string): Promise<Seen> {
   try {
     app = await createTestApp({
       controllers: [LoginController],
-      rateLimit: { redis: server.url, keyPrefix },
+      rateLimit: { redis: server.url, keyPrefix, extensions: [rateLimitHealth()] },
       logger: logs,
     });
     const login = (user: string) => request(app!.getHttpServer()).get('/login').set('x-user', user);

@@ -2,7 +2,13 @@ import { Controller, Get, type INestApplication } from '@nestjs/common';
 import { HealthCheck, HealthCheckService, TerminusModule } from '@nestjs/terminus';
 import { RateLimit } from 'nest-rate-limit';
 import { RedisConfigCentre } from 'nest-rate-limit/live';
-import { RateLimitHealthIndicator } from 'nest-rate-limit/ops';
+import { RateLimitHealthIndicator, rateLimitHealth } from 'nest-rate-limit/ops';
+import {
+  MemoryRateLimitStore,
+  type RateLimitHit,
+  type RateLimitSettlement,
+  RateLimitStore,
+} from 'nest-rate-limit/store';
 import request from 'supertest';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { until } from '../support/poll.js';
@@ -53,6 +59,7 @@ describe('the health indicator, through @nestjs/terminus', () => {
         keyPrefix: uniquePrefix(),
         configCentre: RedisConfigCentre,
         storeErrors: { timeoutMs: 100 },
+        extensions: [rateLimitHealth()],
       },
     });
     await request(app.getHttpServer()).get('/limited').expect(200);
@@ -95,7 +102,12 @@ describe('the health indicator, through @nestjs/terminus', () => {
       app = await createTestApp({
         controllers: [HealthController],
         imports: [TerminusModule],
-        rateLimit: { redis: hung.url, keyPrefix: uniquePrefix(), storeErrors: { timeoutMs: 100 } },
+        rateLimit: {
+          redis: hung.url,
+          keyPrefix: uniquePrefix(),
+          storeErrors: { timeoutMs: 100 },
+          extensions: [rateLimitHealth()],
+        },
       });
       await request(app.getHttpServer()).get('/limited').expect(200);
       expect((await health().expect(200)).body.info.rate_limit).toMatchObject({ redis: 'up', scriptsLoaded: true });
@@ -126,7 +138,7 @@ describe('the health indicator, through @nestjs/terminus', () => {
     app = await createTestApp({
       controllers: [HealthController],
       imports: [TerminusModule],
-      rateLimit: { redis: server.url, keyPrefix: prefix },
+      rateLimit: { redis: server.url, keyPrefix: prefix, extensions: [rateLimitHealth()] },
     });
     // The first check starts the audit; a later one reports it.
     await health();
@@ -138,7 +150,39 @@ describe('the health indicator, through @nestjs/terminus', () => {
   });
 
   it('is up on the embedded store', async () => {
-    app = await createTestApp({ controllers: [HealthController], imports: [TerminusModule] });
+    app = await createTestApp({
+      controllers: [HealthController],
+      imports: [TerminusModule],
+      rateLimit: { extensions: [rateLimitHealth()] },
+    });
     expect((await health().expect(200)).body.info).toEqual({ rate_limit: { status: 'up', store: 'memory' } });
+  });
+
+  it("names a store of the app's own by what it says it is, not 'memory'", async () => {
+    // Counts kept in this process, but not the library's in-process store.
+    class OwnStore extends RateLimitStore {
+      readonly description = 'tenant-sharded store (shared across instances)';
+      private readonly counts = new MemoryRateLimitStore(100);
+      consume(hits: readonly RateLimitHit[], now?: number) {
+        return this.counts.consume(hits, now);
+      }
+      settle(settlements: readonly RateLimitSettlement[]) {
+        return this.counts.settle(settlements);
+      }
+      record(hits: readonly RateLimitHit[], now?: number) {
+        return this.counts.record(hits, now);
+      }
+      reset(keys: readonly string[]) {
+        return this.counts.reset(keys);
+      }
+    }
+    app = await createTestApp({
+      controllers: [HealthController],
+      imports: [TerminusModule],
+      rateLimit: { store: new OwnStore(), extensions: [rateLimitHealth()] },
+    });
+    expect((await health().expect(200)).body.info).toEqual({
+      rate_limit: { status: 'up', store: 'tenant-sharded store (shared across instances)' },
+    });
   });
 });

@@ -9,6 +9,7 @@ import {
   RateLimitManagementService,
   type RateLimitOverride,
   RedisConfigCentre,
+  rateLimitManagement,
 } from 'nest-rate-limit/live';
 import { RedisService } from 'nest-rate-limit/store';
 import request from 'supertest';
@@ -82,6 +83,7 @@ describe('live limits in Redis (RedisConfigCentre), two instances', () => {
             redis: server.url,
             keyPrefix: prefix,
             configCentre: RedisConfigCentre,
+            extensions: [rateLimitManagement()],
             liveConfig: { refreshMs },
             storeErrors: { circuitBreaker: false },
           },
@@ -272,6 +274,7 @@ describe('live limits in Redis: what a centre holds, reads and runs', () => {
         redis: server.url,
         keyPrefix: prefix,
         configCentre: RedisConfigCentre,
+        extensions: [rateLimitManagement()],
         liveConfig: { refreshMs },
         storeErrors: { circuitBreaker: false },
       },
@@ -449,6 +452,7 @@ describe('live limits through Redis Sentinel', () => {
             redis: { sentinels: set.sentinelAddresses, name: set.name },
             keyPrefix: prefix,
             configCentre: RedisConfigCentre,
+            extensions: [rateLimitManagement()],
             liveConfig: { refreshMs: 60_000 },
             storeErrors: { timeoutMs: 1_000 },
           },

@@ -1,8 +1,13 @@
 import { Controller, type ExecutionContext, Get, type INestApplication } from '@nestjs/common';
 import type { Redis } from 'ioredis';
 import { RateLimit } from 'nest-rate-limit';
-import { RateLimitConfigCentre, RateLimitManagementService, RedisConfigCentre } from 'nest-rate-limit/live';
-import { RateLimitHealthIndicator } from 'nest-rate-limit/ops';
+import {
+  RateLimitConfigCentre,
+  RateLimitManagementService,
+  RedisConfigCentre,
+  rateLimitManagement,
+} from 'nest-rate-limit/live';
+import { RateLimitHealthIndicator, rateLimitHealth } from 'nest-rate-limit/ops';
 import request from 'supertest';
 import { afterEach, describe, expect, it } from 'vitest';
 import { fill } from '../support/fill-redis.js';
@@ -71,6 +76,7 @@ describe('controls Redis lost', () => {
             redis: url,
             keyPrefix,
             configCentre: RedisConfigCentre,
+            extensions: [rateLimitManagement(), rateLimitHealth()],
             liveConfig: { refreshMs },
             storeErrors: { circuitBreaker: false },
           },

@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { Controller, Get, type INestApplication } from '@nestjs/common';
 import { RateLimit, RateLimiterService } from 'nest-rate-limit';
-import { RateLimitManagementService, RedisConfigCentre } from 'nest-rate-limit/live';
+import { RateLimitManagementService, RedisConfigCentre, rateLimitManagement } from 'nest-rate-limit/live';
+import { rateLimitMetrics } from 'nest-rate-limit/ops';
 import { RedisService } from 'nest-rate-limit/store';
 import { Registry, register } from 'prom-client';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -83,7 +84,7 @@ describe('Prometheus metrics', () => {
         redis: server.url,
         keyPrefix: uniquePrefix(),
         configCentre: RedisConfigCentre,
-        metrics: { registry },
+        extensions: [rateLimitMetrics({ registry }), rateLimitManagement()],
         ...extra,
       },
     });
@@ -175,7 +176,7 @@ describe('Prometheus metrics', () => {
         rateLimit: {
           redis: own.url,
           keyPrefix: uniquePrefix(),
-          metrics: { registry },
+          extensions: [rateLimitMetrics({ registry })],
           storeErrors: { timeoutMs: 100, circuitBreaker: { consecutiveFailures: 2, halfOpenAfterMs: 60_000 } },
         },
       });
@@ -212,7 +213,7 @@ describe('Prometheus metrics', () => {
         rateLimit: {
           redis: own.url,
           keyPrefix: uniquePrefix(),
-          metrics: { registry, prefix: 'edge_' },
+          extensions: [rateLimitMetrics({ registry, prefix: 'edge_' })],
           storeErrors: { timeoutMs: 50, circuitBreaker: false },
         },
       });
@@ -274,16 +275,16 @@ describe('Prometheus metrics', () => {
     expect(samples.length).toBeLessThan(100);
   });
 
-  it('registers nothing without the option, and frees its names when the app closes', async () => {
+  it('registers nothing without the extension, and frees its names when the app closes', async () => {
     app = await createTestApp({ controllers: [MeteredController], rateLimit: { keyPrefix: uniquePrefix() } });
     expect(register.getSingleMetric('rate_limit_decisions_total')).toBeUndefined();
     await app.close();
     // The default registry, twice in one process: the first app's metrics leave with it.
-    app = await createTestApp({ controllers: [MeteredController], rateLimit: { metrics: true } });
+    app = await createTestApp({ controllers: [MeteredController], rateLimit: { extensions: [rateLimitMetrics()] } });
     expect(register.getSingleMetric('rate_limit_decisions_total')).toBeDefined();
     await app.close();
     expect(register.getSingleMetric('rate_limit_decisions_total')).toBeUndefined();
-    app = await createTestApp({ controllers: [MeteredController], rateLimit: { metrics: true } });
+    app = await createTestApp({ controllers: [MeteredController], rateLimit: { extensions: [rateLimitMetrics()] } });
     expect(await statuses(app, '/metered/enforced', 1)).toEqual([200]);
   });
 });

@@ -1,15 +1,21 @@
 import type { LoggerService } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { RateLimitModule, type RateLimitModuleOptions, RateLimiterService } from 'nest-rate-limit';
-import { RateLimitKeyAudit } from 'nest-rate-limit/ops';
+import {
+  type RateLimitExtension,
+  RateLimitModule,
+  type RateLimitModuleOptions,
+  RateLimiterService,
+} from 'nest-rate-limit';
+import { RateLimitKeyAudit, rateLimitKeyAudit } from 'nest-rate-limit/ops';
 import { type RateLimitAlgorithmName, type RateLimitHit, RateLimitStore, RedisService } from 'nest-rate-limit/store';
 
 /**
  * The library's store as a Nest app builds it (Redis when `options.redis` is set), without HTTP,
- * and the limiter deciding with it. Their log lines go to `logger` (none by default).
+ * and the limiter deciding with it; with the key audit, and the `extensions` given. Their log lines
+ * go to `logger` (none by default).
  */
 export async function createStore(
-  options: RateLimitModuleOptions,
+  options: RateLimitModuleOptions & { extensions?: RateLimitExtension[] },
   logger: LoggerService | false = false,
 ): Promise<{
   store: RateLimitStore;
@@ -19,7 +25,14 @@ export async function createStore(
   close(): Promise<void>;
 }> {
   const moduleRef = await Test.createTestingModule({
-    imports: [RateLimitModule.forRoot({ logging: false, ...options, globalGuard: false })],
+    imports: [
+      RateLimitModule.forRoot({
+        logging: false,
+        ...options,
+        extensions: [rateLimitKeyAudit(), ...(options.extensions ?? [])],
+        globalGuard: false,
+      }),
+    ],
   }).compile();
   moduleRef.useLogger(logger);
   await moduleRef.init();

@@ -34,6 +34,8 @@ import {
   RateLimitPermissionError,
   RateLimitStoreUnavailableError,
 } from 'nest-rate-limit/live';
+import { RateLimitKeyAudit } from 'nest-rate-limit/ops';
+import { RedisService } from 'nest-rate-limit/store';
 
 /**
  * Failed authentications: 10 a minute per client address, then that address's wrong tokens get a
@@ -172,7 +174,11 @@ async function refusedAs400<T>(operation: () => Promise<T>): Promise<T> {
 @SkipRateLimit()
 @UseGuards(AdminTokenGuard)
 export class AdminController {
-  constructor(private readonly limits: RateLimitManagementService) {}
+  constructor(
+    private readonly limits: RateLimitManagementService,
+    private readonly keys: RateLimitKeyAudit,
+    private readonly redis: RedisService,
+  ) {}
 
   @Get('limits')
   list() {
@@ -270,6 +276,13 @@ export class AdminController {
     return {
       deleted: await refusedAs400(() => this.limits.deleteOverride(configKey, identity, { by: request.adminName })),
     };
+  }
+
+  /** The library's keys in Redis without a TTL, as `npm run audit:keys` reports them (`RateLimitKeyAudit`). */
+  @Get('key-audit')
+  keyAudit() {
+    if (!this.redis.isConfigured) throw new NotFoundException('No Redis: the in-process store keeps no keys to audit');
+    return this.keys.run({ maxListed: 100 });
   }
 
   /**

@@ -2,7 +2,8 @@ import { Logger, Module } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
 import { TerminusModule } from '@nestjs/terminus';
 import { RateLimitModule, type RateLimitMode } from 'nest-rate-limit';
-import { MemoryConfigCentre, RedisConfigCentre } from 'nest-rate-limit/live';
+import { MemoryConfigCentre, RedisConfigCentre, rateLimitManagement } from 'nest-rate-limit/live';
+import { rateLimitHealth, rateLimitKeyAudit, rateLimitMetrics } from 'nest-rate-limit/ops';
 import { type RateLimitStoreErrorPolicy, redisOptionsFromEnv } from 'nest-rate-limit/store';
 import { AdminController } from './admin.controller.js';
 import { AlgorithmsController } from './algorithms.controller.js';
@@ -26,6 +27,10 @@ const nearLimitLog = new NearLimitDigest(new Logger('NearLimit'), 10_000);
       // Every route without a rule of this name: 300 a minute per client IP and route, tunable live
       // under 'demo.default'. GET /ping (the load-test route) and the health routes skip it.
       defaults: [{ count: 300, window: '1m', configKey: 'demo.default' }],
+      // Every optional part, which an app adds only when it wants it: the admin endpoints' live
+      // limits, bans and overrides (and the CLI's catalogue of these rules); GET /metrics, from
+      // prom-client's default registry; GET /health; and the key audit on demand (GET /admin/key-audit).
+      extensions: [rateLimitManagement(), rateLimitMetrics(), rateLimitHealth(), rateLimitKeyAudit()],
       inject: [ConfigService],
       useFactory: (config: ConfigService) => {
         // REDIS_URL, REDIS_SENTINELS (+ REDIS_SENTINEL_NAME) or REDIS_CLUSTER_NODES; with none,
@@ -45,8 +50,6 @@ const nearLimitLog = new NearLimitDigest(new Logger('NearLimit'), 10_000);
           storeErrors: { policy: config.get<RateLimitStoreErrorPolicy>('RATE_LIMIT_ON_STORE_ERROR') || undefined },
           // RATE_LIMIT_MODE=shadow tries every rule without rejecting anything.
           mode: config.get<RateLimitMode>('RATE_LIMIT_MODE') || undefined,
-          // Served at GET /metrics, from prom-client's default registry.
-          metrics: true,
           // Kubernetes probes are not counted: the kubelet's user agent, from the networks it probes
           // from (here 10/8, and this host for a local try). A user agent alone is refused, since any
           // client can send it. The list is replaced live under 'demo.allow'.

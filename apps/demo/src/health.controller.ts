@@ -20,7 +20,7 @@ export class HealthController {
     return this.health.check([() => this.rateLimit.isHealthy()]);
   }
 
-  /** The limiter's metrics (`metrics: true`: prom-client's default registry), with the process's. */
+  /** The limiter's metrics (`rateLimitMetrics()`: prom-client's default registry), with the process's. */
   @Get('metrics')
   @Header('Content-Type', register.contentType)
   metrics() {

@@ -12,7 +12,7 @@ import 'reflect-metadata';
 import { parseArgs } from 'node:util';
 import { NestFactory } from '@nestjs/core';
 import { RATE_LIMIT_DEFAULTS, RateLimitModule } from 'nest-rate-limit';
-import { RateLimitKeyAudit } from 'nest-rate-limit/ops';
+import { RateLimitKeyAudit, rateLimitKeyAudit } from 'nest-rate-limit/ops';
 import { keyIdOf, redisOptionsFromEnv } from 'nest-rate-limit/store';
 
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
@@ -35,7 +35,13 @@ if (redis === undefined) throw new Error('Set REDIS_URL, REDIS_SENTINELS or REDI
 const keyPrefix = process.env.RATE_LIMIT_PREFIX || RATE_LIMIT_DEFAULTS.keyPrefix;
 // The library's own connection: the same clients and fail-fast defaults as in an app.
 const app = await NestFactory.createApplicationContext(
-  RateLimitModule.forRoot({ redis, keyPrefix, globalGuard: false, storeErrors: { circuitBreaker: false } }),
+  RateLimitModule.forRoot({
+    redis,
+    keyPrefix,
+    globalGuard: false,
+    storeErrors: { circuitBreaker: false },
+    extensions: [rateLimitKeyAudit()],
+  }),
   { logger: ['error'] },
 );
 

@@ -25,7 +25,12 @@ import 'reflect-metadata';
 import { userInfo } from 'node:os';
 import { NestFactory } from '@nestjs/core';
 import { RateLimitConfigurationError, RateLimitModule } from 'nest-rate-limit';
-import { RateLimitManagementService, RateLimitPermissionError, RedisConfigCentre } from 'nest-rate-limit/live';
+import {
+  RateLimitManagementService,
+  RateLimitPermissionError,
+  RedisConfigCentre,
+  rateLimitManagement,
+} from 'nest-rate-limit/live';
 import { RedisService, redisOptionsFromEnv } from 'nest-rate-limit/store';
 
 const USAGE = `usage: nest-rate-limit-limits list
@@ -215,6 +220,7 @@ async function main(): Promise<number> {
       redis,
       keyPrefix: process.env.RATE_LIMIT_PREFIX || undefined,
       configCentre: RedisConfigCentre,
+      extensions: [rateLimitManagement()],
       globalGuard: false,
       // An operator's command waits for Redis a little longer than a request does.
       storeErrors: { timeoutMs: 2_000, circuitBreaker: false },

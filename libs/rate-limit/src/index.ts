@@ -1,14 +1,16 @@
 // The front door: what an app needs to limit its routes and its jobs. Thresholds changed at run
 // time are in 'nest-rate-limit/live'; metrics, health, the key audit, the breaker's state and the
-// logging options in 'nest-rate-limit/ops'; the contract for a store of your own, the key layout,
-// the algorithms' names, the Redis connection, its options and errors, and its failure and failover
-// options (the store-error policy with them) in 'nest-rate-limit/store'.
+// logging options in 'nest-rate-limit/ops' (the wings, added as `extensions`); the contract for a
+// store of your own, the key layout, the algorithms' names, the Redis connection, its options and
+// errors, and its failure and failover options (the store-error policy with them) in
+// 'nest-rate-limit/store'.
 // A type a signature here mentions is exported here or by one of those; the rest is internal. An
 // option's members are not named: `RateLimitOptions['by']`, `RateLimitModuleOptions['headers']`.
 
 // Module and its options.
 export { RateLimitModule } from './module/rate-limit.module.js';
 export type { RateLimitModuleOptions, RateLimitModuleExtras, RateLimitModuleAsyncOptions } from './module/options.js';
+export type { RateLimitExtension } from './module/extension.js';
 export { RATE_LIMIT_DEFAULTS } from './module/defaults.js';
 
 // Rules: the decorators and what they take.

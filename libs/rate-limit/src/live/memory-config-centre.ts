@@ -1,8 +1,8 @@
 import { Inject, Injectable, Optional } from '@nestjs/common';
 import type { ConfigService } from '@nestjs/config';
-import { APP_CONFIG_SERVICE } from './app-config.js';
+import { APP_CONFIG_SERVICE } from '../limiter/app-config.js';
 import { LiveConfigCentre } from './live-config-centre.js';
-import { NestConfigCentre } from './nest-config-centre.js';
+import { NestConfigCentre } from '../limiter/nest-config-centre.js';
 import { IdentityEntries } from './identity-entries.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS } from '../module/options.js';
 import type { RateLimitOverride } from '../limiter/rate-limit-config-centre.js';

@@ -7,7 +7,7 @@ import {
   Optional,
 } from '@nestjs/common';
 import type { ConfigService } from '@nestjs/config';
-import { APP_CONFIG_SERVICE } from './app-config.js';
+import { APP_CONFIG_SERVICE } from '../limiter/app-config.js';
 import { LOG_SAMPLING, REJECTION_LOG_MAX_KEYS } from '../module/defaults.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from '../module/options.js';
 import { SampledLogger } from '../logging/sampled-logger.js';
@@ -20,7 +20,7 @@ import { IdentityEntries } from './identity-entries.js';
 import { LiveConfigCentre } from './live-config-centre.js';
 import { LiveLimitsHash, UNUSABLE, isWrongType } from './live-limits-hash.js';
 import { LostControls } from './lost-controls.js';
-import { NestConfigCentre } from './nest-config-centre.js';
+import { NestConfigCentre } from '../limiter/nest-config-centre.js';
 import type { RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
 
 /** What a health check asks of the live config. */

@@ -37,13 +37,9 @@ export const RATE_LIMIT_DEFAULTS = {
   headers: 'draft-6',
   mode: 'enforce',
   liveConfig: { refreshMs: 5_000 },
-  metrics: false,
   logging: { level: 'warn' },
   ipv6PrefixBits: 64,
 } as const satisfies RateLimitModuleOptions;
-
-/** The prefix of every metric name, unless `metrics.prefix` says otherwise. */
-export const METRICS_PREFIX = 'rate_limit_';
 
 /**
  * The circuit breaker's second trigger, beside `consecutiveFailures`: it opens when this share of

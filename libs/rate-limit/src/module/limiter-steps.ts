@@ -1,8 +1,6 @@
-import { Logger, type Provider } from '@nestjs/common';
-import { type DecisionObserver, RATE_LIMIT_METRICS } from '../limiter/decision-observer.js';
-import { LimiterSteps } from '../limiter/limiter-steps.js';
+import { Logger } from '@nestjs/common';
 import { ExemptionProblems, ModuleExemptions } from '../limiter/exemptions.js';
-import { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
+import type { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
 import { AllowListStep } from '../limiter/steps/allow-list.step.js';
 import { ModuleExemptionsStep } from '../limiter/steps/module-exemptions.step.js';
 import { SkipIfStep } from '../limiter/steps/skip-if.step.js';
@@ -11,7 +9,6 @@ import type { LimiterStep, StepEntry } from '../limiter/limiter-step.js';
 import { CostReservationsStep } from '../limiter/steps/cost-reservations.step.js';
 import { CountOnStep } from '../limiter/steps/count-on.step.js';
 import { LeasesStep } from '../limiter/steps/leases.step.js';
-import { MetricsStep } from '../limiter/steps/metrics.step.js';
 import { NearLimitStep } from '../limiter/steps/near-limit.step.js';
 import { RejectionLogStep } from '../limiter/steps/rejection-log.step.js';
 import { ShadowStep } from '../limiter/steps/shadow.step.js';
@@ -21,19 +18,20 @@ import { LeasedUnits } from '../resilience/leased-units.js';
 import { LeasingStore } from '../resilience/leasing.store.js';
 import { RateLimitStore } from '../store/rate-limit-store.js';
 import { LEASE_MAX_KEYS, REJECTION_LOG_MAX_KEYS } from './defaults.js';
-import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from './options.js';
+import type { ResolvedRateLimitOptions } from './options.js';
 
 /**
  * The limiter's steps, in the order they run (the first wraps the store call outermost, and each
  * sees the outcome before the next): a rule feature's step is made when a rule using it is first
- * decided, an option's only when the option is set.
+ * decided, an option's only when the option is set. The extensions' steps come last: the metrics'
+ * count each decision after every other step has had its say (`nearLimit`).
  */
 export function limiterSteps(
   options: ResolvedRateLimitOptions,
   deciding: DecidingStore,
   store: RateLimitStore,
-  metrics: DecisionObserver | null,
   centre: RateLimitConfigCentre,
+  extensionSteps: readonly StepEntry[],
 ): StepEntry[] {
   const { clock, allow, skipIf } = options;
   // Where a failed `skipIf`, an allow list a centre gave that cannot be read, or `onNearLimit` is said.
@@ -78,7 +76,7 @@ export function limiterSteps(
     });
     entries.push({ make: () => new RejectionLogStep(log) });
   }
-  if (metrics) entries.push({ make: () => new MetricsStep(metrics) });
+  entries.push(...extensionSteps);
   return entries;
 }
 
@@ -114,16 +112,3 @@ function nearLimitStep(onNearLimit: ResolvedRateLimitOptions['onNearLimit'], pro
 function closing<Step extends LimiterStep>(step: Step, problems: ExemptionProblems): Step {
   return Object.assign(step, { close: () => problems.close() });
 }
-
-/** The limiter's steps: what the options and the rules' features compose. */
-export const limiterStepsProvider: Provider = {
-  provide: LimiterSteps,
-  inject: [RESOLVED_RATE_LIMIT_OPTIONS, DecidingStore, RateLimitStore, RATE_LIMIT_METRICS, RateLimitConfigCentre],
-  useFactory: (
-    options: ResolvedRateLimitOptions,
-    deciding: DecidingStore,
-    store: RateLimitStore,
-    metrics: DecisionObserver | null,
-    centre: RateLimitConfigCentre,
-  ) => new LimiterSteps(limiterSteps(options, deciding, store, metrics, centre)),
-};

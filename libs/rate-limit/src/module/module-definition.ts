@@ -6,7 +6,7 @@ export const { ConfigurableModuleClass: RateLimitConfigurableModule, MODULE_OPTI
   new ConfigurableModuleBuilder<RateLimitModuleOptions>()
     .setClassMethodName('forRoot')
     .setExtras<Required<RateLimitModuleExtras>>(
-      { isGlobal: false, globalGuard: true, defaults: [] },
+      { isGlobal: false, globalGuard: true, defaults: [], extensions: [] },
       (definition, extras) => ({
         ...definition,
         global: extras.isGlobal,

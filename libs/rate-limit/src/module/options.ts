@@ -7,6 +7,7 @@ import type { RateLimitStoreErrorPolicy } from '../resilience/store-error-policy
 import type { RateLimitStore } from '../store/rate-limit-store.js';
 import type { RateLimitMode, RateLimitOptions } from '../rules/rate-limit-rule.js';
 import type { AllowList, RateLimitAllowList } from '../rules/allow-list.js';
+import type { RateLimitExtension } from './extension.js';
 
 export type { RateLimitStoreErrorPolicy } from '../resilience/store-error-policy.js';
 
@@ -193,12 +194,6 @@ export interface RateLimitModuleOptions {
   // Inputs.
   /** Where run-time thresholds come from. Default: `@nestjs/config`'s `ConfigService` (see `NestConfigCentre`). */
   configCentre?: Type<RateLimitConfigCentre> | RateLimitConfigCentre;
-  /**
-   * Prometheus metrics through `prom-client` (install it): `true` for its default registry (the
-   * one `@willsoto/nestjs-prometheus` serves), or `{ registry, prefix }` for the app's own
-   * registry and a name prefix other than `'rate_limit_'`. Default false: none, at no cost.
-   */
-  metrics?: boolean | { registry?: object; prefix?: string };
   /** `RedisConfigCentre`: besides its pub/sub news, it reads every value again this often, in ms. Default 5,000. */
   liveConfig?: { refreshMs?: number };
   /**
@@ -241,6 +236,14 @@ export interface RateLimitModuleExtras {
      */
     scope?: 'route' | 'app';
   })[];
+  /**
+   * Parts added to the module, each from the entry that ships it (`RateLimitExtension`): live
+   * limits' management from `nest-rate-limit/live`, metrics, health and the key audit from
+   * `nest-rate-limit/ops`. Default none: the module makes none of them.
+   *
+   * @example extensions: [rateLimitManagement(), rateLimitMetrics(), rateLimitHealth()]
+   */
+  extensions?: readonly RateLimitExtension[];
 }
 
 /** `forRootAsync`'s options: `useFactory` (with `inject`, `imports`), `useClass` or `useExisting`, and the extras. */
@@ -255,6 +258,10 @@ export type RateLimitModuleAsyncOptions = ConfigurableModuleAsyncOptions<RateLim
 export interface ResolvedRateLimitOptions {
   /** `redis` as given, once checked: how `RedisService` connects. */
   redis: RateLimitRedisOptions | undefined;
+  /** `store` as given: the module's store is made from it. */
+  store: RateLimitModuleOptions['store'];
+  /** `configCentre` as given: the module's config centre is made from it. */
+  configCentre: RateLimitModuleOptions['configCentre'];
   keyPrefix: string;
   memoryStore: { maxKeys: number };
   blockCache: { maxKeys: number } | false;
@@ -276,7 +283,6 @@ export interface ResolvedRateLimitOptions {
   logging: { intervalMs: number; maxLinesPerSecond: number; level: SampledLogLevel } | false;
   mode: RateLimitMode;
   liveConfig: { refreshMs: number };
-  metrics: { registry: object | undefined; prefix: string } | false;
   keyAudit: { intervalMs: number };
   ipv6PrefixBits: number;
   clock: (() => number) | undefined;

@@ -10,7 +10,6 @@ import {
   KEY_AUDIT_INTERVAL_MS,
   LOCAL_FALLBACK_BOUND,
   LOG_SAMPLING,
-  METRICS_PREFIX,
   RATE_LIMIT_DEFAULTS as D,
   REPLICA_WAIT_DEFAULTS,
 } from './defaults.js';
@@ -27,11 +26,10 @@ const FIELDS = {
   // prettier-ignore
   '': [
     'redis', 'store', 'memoryStore', 'blockCache', 'keyPrefix', 'storeErrors', 'failover', 'countOn',
-    'headers', 'logging', 'configCentre', 'liveConfig', 'mode', 'metrics', 'ipv6PrefixBits', 'clock',
-    'allow', 'skipIf', 'onNearLimit', 'bans', 'isGlobal', 'globalGuard', 'defaults',
+    'headers', 'logging', 'configCentre', 'liveConfig', 'mode', 'ipv6PrefixBits', 'clock',
+    'allow', 'skipIf', 'onNearLimit', 'bans', 'isGlobal', 'globalGuard', 'defaults', 'extensions',
   ],
   liveConfig: ['refreshMs'],
-  metrics: ['registry', 'prefix'],
   memoryStore: ['maxKeys'],
   storeErrors: ['policy', 'timeoutMs', 'circuitBreaker', 'localFallback', 'status'],
   'storeErrors.circuitBreaker': ['consecutiveFailures', 'halfOpenAfterMs'],
@@ -56,6 +54,11 @@ const REMOVED: Record<string, string> = {
       `(0.3): the circuit also opens when ${CIRCUIT_BREAKER_SHARE.failureRatio * 100}% of the calls of the last ${CIRCUIT_BREAKER_SHARE.windowMs / 1000} s failed, counting ${CIRCUIT_BREAKER_SHARE.minimumCalls} calls or more; consecutiveFailures and halfOpenAfterMs remain`,
     ]),
   ),
+};
+
+/** Options that became extensions (0.3), made only for an app that adds them. */
+const EXTENSIONS: Record<string, string> = {
+  metrics: "rateLimitMetrics({ registry, prefix }) from 'nest-rate-limit/ops'",
 };
 
 /** Where the flat options of 0.1 went, so an upgrade is told instead of silently ignored. */
@@ -92,6 +95,9 @@ export function resolveModuleOptions(
         const path = field ? `${field}.${name}` : name;
         // Own fields only: a field named `toString` is no option either.
         if (field === '' && Object.hasOwn(MOVED, name)) fail(path, `is now '${MOVED[name]}'`);
+        if (field === '' && Object.hasOwn(EXTENSIONS, name)) {
+          fail(path, `is now an extension: extensions: [${EXTENSIONS[name]}]`);
+        }
         if (Object.hasOwn(REMOVED, path)) fail(path, `is no longer an option ${REMOVED[path]}`);
         fail(path, `is no option (known: ${FIELDS[field].join(', ')})`);
       }
@@ -193,19 +199,6 @@ export function resolveModuleOptions(
   }
 
   const liveConfig = group('liveConfig', options.liveConfig);
-  let metrics: ResolvedRateLimitOptions['metrics'] = false;
-  if (options.metrics !== undefined && options.metrics !== false) {
-    const given = options.metrics === true ? {} : group('metrics', options.metrics);
-    const prefix = given.prefix ?? METRICS_PREFIX;
-    if (typeof prefix !== 'string' || !/^[a-zA-Z_:][a-zA-Z0-9_:]*$/.test(prefix)) {
-      fail('metrics.prefix', 'must be the start of a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)', prefix);
-    }
-    const { registry } = given;
-    if (registry !== undefined && (registry === null || typeof registry !== 'object')) {
-      fail('metrics.registry', 'must be a prom-client Registry', registry);
-    }
-    metrics = { registry, prefix };
-  }
   const memoryStore = group('memoryStore', options.memoryStore);
   const { blockCache = D.blockCache } = options;
   if (typeof blockCache !== 'boolean') {
@@ -244,6 +237,8 @@ export function resolveModuleOptions(
 
   return {
     redis,
+    store,
+    configCentre,
     keyPrefix,
     memoryStore: { maxKeys: positive('memoryStore.maxKeys', memoryStore.maxKeys, D.memoryStore.maxKeys) },
     blockCache: blockCache && { maxKeys: BLOCK_CACHE_MAX_KEYS },
@@ -265,7 +260,6 @@ export function resolveModuleOptions(
     headers: oneOf('headers', options.headers, HEADER_STYLES, D.headers),
     mode: oneOf('mode', options.mode, RATE_LIMIT_MODES, D.mode),
     liveConfig: { refreshMs: period('liveConfig.refreshMs', liveConfig.refreshMs, D.liveConfig.refreshMs) },
-    metrics,
     keyAudit: { intervalMs: KEY_AUDIT_INTERVAL_MS },
     logging,
     ipv6PrefixBits,

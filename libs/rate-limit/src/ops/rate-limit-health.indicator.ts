@@ -4,7 +4,10 @@ import { RedisConfigCentre } from '../live/redis-config-centre.js';
 import { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
 import type { CircuitBreakerState } from '../redis/call-safety.js';
 import type { RedisMemoryState } from '../redis/redis-memory.js';
+import { RedisRateLimitStore } from '../redis/redis-rate-limit.store.js';
 import { RedisService } from '../redis/redis.service.js';
+import { MemoryRateLimitStore } from '../store/memory-rate-limit.store.js';
+import { RateLimitStore } from '../store/rate-limit-store.js';
 
 /** What `RateLimitHealthIndicator.isHealthy` reports under its key. */
 export interface RateLimitHealth {
@@ -16,7 +19,11 @@ export interface RateLimitHealth {
    * since the last check, or still lacks some this instance could not write back. `'up'`: none of these.
    */
   status: 'up' | 'degraded' | 'down';
-  store: 'redis' | 'memory';
+  /**
+   * The store counters live in: `'redis'` (the library's Redis store), `'memory'` (in this process),
+   * or a store of your own's `description`.
+   */
+  store: string;
   redis?: 'up' | 'down';
   breaker?: CircuitBreakerState;
   /**
@@ -58,6 +65,7 @@ export class RateLimitHealthIndicator {
     private readonly redis: RedisService,
     private readonly centre: RateLimitConfigCentre,
     private readonly audit: RateLimitKeyAudit,
+    private readonly store: RateLimitStore,
   ) {}
 
   /** Losses of live controls as of the last check: a loss since then degrades the next. */
@@ -70,7 +78,15 @@ export class RateLimitHealthIndicator {
   }
 
   private async health(): Promise<RateLimitHealth> {
-    if (!this.redis.isConfigured) return { status: 'up', store: 'memory' };
+    // Asked of the store: one of your own is neither Redis nor memory, whatever `redis` says.
+    const { store } = this;
+    const kind =
+      store instanceof RedisRateLimitStore
+        ? 'redis'
+        : store instanceof MemoryRateLimitStore
+          ? 'memory'
+          : store.description;
+    if (!this.redis.isConfigured) return { status: 'up', store: kind };
     const keysWithoutTtl = this.audit.keysWithoutTtl;
     const { runner, memory: redisMemory } = this.redis;
     const breaker = runner.circuitState;
@@ -80,7 +96,7 @@ export class RateLimitHealthIndicator {
     const memory = reachable ? await redisMemory.check().catch(() => undefined) : undefined;
     const health: RateLimitHealth = {
       status: 'up',
-      store: 'redis',
+      store: kind,
       redis: reachable ? 'up' : 'down',
       breaker,
       scriptsLoaded,

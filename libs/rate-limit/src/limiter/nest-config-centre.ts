@@ -1,7 +1,7 @@
 import { Inject, Injectable, Optional } from '@nestjs/common';
 import type { ConfigService } from '@nestjs/config';
 import { APP_CONFIG_SERVICE } from './app-config.js';
-import { RateLimitConfigCentre, type RateLimitOverride } from '../limiter/rate-limit-config-centre.js';
+import { RateLimitConfigCentre, type RateLimitOverride } from './rate-limit-config-centre.js';
 
 /**
  * The default config centre: reads `@nestjs/config`'s `ConfigService`, or `process.env` without one
