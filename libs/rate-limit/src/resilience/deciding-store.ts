@@ -33,7 +33,7 @@ export interface StoreObserver {
 /**
  * The store as the limiter uses it: a request is always decided, by the store or, when it fails,
  * by the store-error policies. The module wiring stacks it from layers, each present only when it
- * is configured (`rate-limit.module.ts`):
+ * is configured (`module/limiter-provider.ts`):
  *
  *     [BlockCacheStore] -> ResilientStore -> the RateLimitStore
  *
