@@ -47,31 +47,26 @@ export class LimiterSteps {
 
   /**
    * The screens' answer for a request, in their order (the first that answers stands); without one,
-   * `base` as the rules are to be prepared: taking a rule a screen prepared as it was, so each
-   * rule's resolvers run once per request.
+   * how its rules are to be prepared: `base`, taking a rule a screen prepared as it was, so each
+   * rule's resolvers run once per request. At once while every screen answers at once.
    */
-  async screen(
+  screen(
     rules: readonly RateLimitRule[],
     request: LimitedRequest | undefined,
     base: Prepare,
-  ): Promise<RateLimitOutcome | typeof NOT_COUNTED | Prepare> {
-    const known = new Map<RateLimitRule, ReturnType<Prepare>>();
-    const once: Prepare = (rule, thresholds) => {
-      let prepared = known.get(rule);
-      if (prepared === undefined) known.set(rule, (prepared = base(rule, thresholds)));
-      return prepared;
-    };
-    const kit = this.kit!;
-    const screening: Screening = {
-      rules: rules.filter((rule) => kit.thresholdsOf(rule).mode !== 'off'),
-      request,
-      prepared: (rule) => once(rule, kit.thresholdsOf(rule)) as PreparedRule | Promise<PreparedRule>,
-    };
-    for (const step of this.screens) {
-      const answer = await step.screen!(screening);
+  ): Screened | Promise<Screened> {
+    return this.screenFrom(0, new RequestScreening(rules, request, base, this.kit!));
+  }
+
+  private screenFrom(first: number, screening: RequestScreening): Screened | Promise<Screened> {
+    for (let i = first; i < this.screens.length; i += 1) {
+      const answer = this.screens[i].screen!(screening);
+      if (answer instanceof Promise) {
+        return answer.then((screened) => screened ?? this.screenFrom(i + 1, screening));
+      }
       if (answer !== undefined) return answer;
     }
-    return once;
+    return screening.base();
   }
 
   /** A rule prepared through the steps that prepare it (the first outermost), `base` innermost. */
@@ -163,7 +158,8 @@ export class LimiterSteps {
         if (!step) this.made.set(entry, (step = entry.make(this.kit!)));
         used.push(step);
       }
-      steps = used.length === 0 ? NONE : used;
+      // A rule with the options' steps only shares their list: a request of several such rules makes none.
+      steps = used.length === 0 ? NONE : used.length === this.everyRequest.length ? this.everyRequest : used;
       this.ofRule.set(rule, steps);
       if (!steps.some((step) => step.prepare || step.consume || step.decided)) this.plain.add(rule);
     }
@@ -176,4 +172,40 @@ export class LimiterSteps {
       return step && kept(step) ? [step] : [];
     });
   }
+}
+
+/** What the screens answer a request: no rule counts it, a refusal, or how to prepare its rules. */
+type Screened = RateLimitOutcome | typeof NOT_COUNTED | Prepare;
+
+/** A request as the screens see it; its rules in force found, and prepared, only if a screen asks. */
+class RequestScreening implements Screening {
+  private inForce: readonly RateLimitRule[] | undefined;
+  private known: Map<RateLimitRule, ReturnType<Prepare>> | undefined;
+
+  constructor(
+    private readonly all: readonly RateLimitRule[],
+    readonly request: LimitedRequest | undefined,
+    private readonly given: Prepare,
+    private readonly kit: StepKit,
+  ) {}
+
+  get rules(): readonly RateLimitRule[] {
+    return (this.inForce ??= this.all.filter((rule) => this.kit.thresholdsOf(rule).mode !== 'off'));
+  }
+
+  /** A screen may take it apart from the screening (`const { prepared } = screening`). */
+  readonly prepared = (rule: RateLimitRule): PreparedRule | Promise<PreparedRule> =>
+    this.once(rule, this.kit.thresholdsOf(rule)) as PreparedRule | Promise<PreparedRule>;
+
+  /** How the request's rules are prepared after the screens: as they prepared them, where they did. */
+  base(): Prepare {
+    return this.known ? this.once : this.given;
+  }
+
+  private readonly once: Prepare = (rule, thresholds) => {
+    const known = (this.known ??= new Map());
+    let prepared = known.get(rule);
+    if (prepared === undefined) known.set(rule, (prepared = this.given(rule, thresholds)));
+    return prepared;
+  };
 }

@@ -84,17 +84,11 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   ): Promise<RateLimitOutcome> {
     let resolved: readonly RateLimitRule[];
     try {
-      resolved = this.registry.resolve(rules, 'consume');
+      resolved = this.registry.resolveOutsideHttp(rules, 'consume');
       checkIdentity(identity, 'consume');
       if (!Number.isSafeInteger(cost) || cost < 0) {
         throw new RateLimitConfigurationError(
           `RateLimiterService.consume: 'cost' must be a whole number >= 0, got ${cost}`,
-        );
-      }
-      const fromRequest = resolved.find((rule) => typeof rule.maxCost === 'function');
-      if (fromRequest) {
-        throw new RateLimitConfigurationError(
-          `RateLimiterService.consume: rule ${fromRequest.name} takes its 'settleCost.max' from the request (a function), which work outside HTTP has none of; declare it as a number`,
         );
       }
     } catch (error) {
@@ -177,11 +171,11 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   private decide(prepared: readonly PreparedRule[], request: LimitedRequest | undefined): Promise<RateLimitOutcome> {
     if (prepared.length === 0) return NOT_COUNTED_OUTCOME;
     const { steps } = this;
-    if (prepared.length === 1 && steps.plain.has(prepared[0].rule)) {
-      // No step of the rule acts before a refusal: straight to the store, the steps see refusals only.
+    if (prepared.every((p) => steps.plain.has(p.rule))) {
+      // No step of the rules acts before a refusal: straight to the store, the steps see refusals only.
       return this.consumeOf(prepared).then((consumption) => {
         const outcome = decidedOutcome(prepared, consumption);
-        if (outcome.allowed && outcome.decisions[0].allowed) return outcome;
+        if (outcome.allowed && outcome.decisions.every((decision) => decision.allowed)) return outcome;
         return steps.decided(steps.of(prepared), outcome, prepared, consumption);
       });
     }
@@ -211,11 +205,20 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     base: Prepare,
   ): Promise<RateLimitOutcome> {
     if (!this.steps.screening) return this.prepareAll(rules, request, base);
-    return this.steps.screen(rules, request, base).then((answer) => {
-      if (answer === NOT_COUNTED) return NOT_COUNTED_OUTCOME;
-      if (answer instanceof Function) return this.prepareAll(rules, request, answer);
-      return this.steps.decided(this.steps.of([]), answer, [], undefined);
-    });
+    const answer = this.steps.screen(rules, request, base);
+    if (!(answer instanceof Promise)) return this.screened(answer, rules, request);
+    return answer.then((screened) => this.screened(screened, rules, request));
+  }
+
+  /** What a screen answered: no rule counts the request, a refusal, or its rules to prepare. */
+  private screened(
+    answer: RateLimitOutcome | typeof NOT_COUNTED | Prepare,
+    rules: readonly RateLimitRule[],
+    request: LimitedRequest | undefined,
+  ): Promise<RateLimitOutcome> {
+    if (answer === NOT_COUNTED) return NOT_COUNTED_OUTCOME;
+    if (answer instanceof Function) return this.prepareAll(rules, request, answer);
+    return Promise.resolve(this.steps.decided(this.steps.of([]), answer, [], undefined));
   }
 
   /** The rules in force prepared; at once (no promise) when every step and resolver answers at once. */
@@ -240,6 +243,8 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         preparing.push(prepared);
       }
     } catch (error) {
+      // The request is refused with this error: what earlier rules still prepare is not awaited.
+      for (const p of preparing) if (p instanceof Promise) p.catch(() => undefined);
       return Promise.reject(error);
     }
     if (!waits) return this.decide(preparing as PreparedRule[], request);

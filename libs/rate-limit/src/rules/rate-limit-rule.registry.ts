@@ -137,6 +137,21 @@ export class RateLimitRuleRegistry {
   }
 
   /**
+   * For work outside HTTP (`consume`): as `resolve`, refusing a rule that takes its `settleCost.max`
+   * from the request, which such work has none of.
+   */
+  resolveOutsideHttp(rules: RateLimitRuleRef | readonly RateLimitRuleRef[], method: string): RateLimitRule[] {
+    const resolved = this.resolve(rules, method);
+    const fromRequest = resolved.find((rule) => typeof rule.maxCost === 'function');
+    if (fromRequest) {
+      throw new RateLimitConfigurationError(
+        `RateLimiterService.${method}: rule ${fromRequest.name} takes its 'settleCost.max' from the request (a function), which work outside HTTP has none of; declare it as a number`,
+      );
+    }
+    return resolved;
+  }
+
+  /**
    * For `reset`: as `resolve`, but a name stands for every rule of it, so an identity is forgotten
    * on every route of a rule counted per route (and under each way rules of one name count).
    */

@@ -11,7 +11,7 @@ import type { Thresholds } from '../rule-thresholds.js';
  */
 export class AllowListStep implements LimiterStep {
   static uses(rule: RateLimitRule): boolean {
-    return rule.allow !== undefined || rule.configKey !== undefined || rule.tiers !== undefined;
+    return rule.allow !== undefined || rule.configKey !== undefined;
   }
 
   prepare(

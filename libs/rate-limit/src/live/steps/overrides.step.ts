@@ -13,7 +13,7 @@ import { ANONYMOUS_IDENTITY } from '../../store/key-layout.js';
  */
 export class OverridesStep implements LimiterStep {
   static uses(rule: RateLimitRule): boolean {
-    return rule.configKey !== undefined || rule.tiers !== undefined;
+    return rule.configKey !== undefined;
   }
 
   constructor(
