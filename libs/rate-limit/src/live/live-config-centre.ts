@@ -34,7 +34,7 @@ export abstract class LiveConfigCentre extends RateLimitConfigCentre {
   override limiterSteps(): readonly StepEntry[] {
     return [
       { make: (kit) => new BansStep(this.identities, kit) },
-      { uses: OverridesStep.uses, make: (kit) => new OverridesStep(this.identities, kit) },
+      { uses: (rule) => rule.configKey !== undefined, make: (kit) => new OverridesStep(this.identities, kit) },
     ];
   }
 

@@ -125,7 +125,8 @@ export function limiterSteps(
   // Where a failed `skipIf`, an allow list a centre gave that cannot be read, or `onNearLimit` is said.
   const problems = new ExemptionProblems();
   const entries: StepEntry[] = [
-    // The centre's first: a banned identity is refused before any exemption can let it through.
+    // The centre's first: a banned identity is refused before any exemption can let it through. The
+    // default centre (`NestConfigCentre`) brings none; a live one its bans and per-identity overrides.
     ...centre.limiterSteps(),
     ...(allow || skipIf
       ? [
@@ -138,13 +139,19 @@ export function limiterSteps(
           },
         ]
       : []),
-    { uses: SkipIfStep.uses, make: () => closing(new SkipIfStep(problems), problems) },
-    { uses: TiersStep.uses, make: (kit) => new TiersStep(kit) },
-    { uses: AllowListStep.uses, make: () => new AllowListStep() },
-    { uses: CountOnStep.uses, make: () => new CountOnStep(options.countOn.inFlightWaitMs) },
-    { uses: ShadowStep.uses(options.mode), make: () => new ShadowStep() },
+    // Each rule feature's step, for the rules that use it (`uses`): a default rule uses none of them.
+    { uses: (rule) => rule.skipIf !== undefined, make: () => closing(new SkipIfStep(problems), problems) },
+    { uses: (rule) => rule.tiers !== undefined, make: (kit) => new TiersStep(kit) },
+    // A config key's values may bring an allow list.
+    { uses: (rule) => rule.allow !== undefined || rule.configKey !== undefined, make: () => new AllowListStep() },
+    { uses: (rule) => rule.countOn !== 'all', make: () => new CountOnStep(options.countOn.inFlightWaitMs) },
+    // A config key's values may turn a rule to 'shadow'.
     {
-      uses: LeasesStep.uses,
+      uses: (rule) => (rule.mode ?? options.mode) === 'shadow' || rule.configKey !== undefined,
+      make: () => new ShadowStep(),
+    },
+    {
+      uses: (rule) => rule.lease > 0,
       make: () => {
         const leasing = leasingStore(deciding, store, clock);
         // A store that does not tell every instance of lowered counts keeps no leases: a reset
@@ -152,8 +159,8 @@ export function limiterSteps(
         return leasing ? new LeasesStep(leasing, clock ? () => Math.floor(clock()) : () => undefined) : {};
       },
     },
-    { uses: NearLimitStep.uses, make: () => nearLimitStep(options.onNearLimit, problems) },
-    { uses: CostReservationsStep.uses, make: () => new CostReservationsStep() },
+    { uses: (rule) => rule.nearLimit !== undefined, make: () => nearLimitStep(options.onNearLimit, problems) },
+    { uses: (rule) => rule.settleCost !== undefined, make: () => new CostReservationsStep() },
   ];
   const { logging } = options;
   if (logging) {
@@ -162,6 +169,7 @@ export function limiterSteps(
       maxKeys: REJECTION_LOG_MAX_KEYS,
       summary: 'Rejected requests of other keys',
     });
+    // Every request's, on by default: it hears refusals only, so an admission runs no step.
     entries.push({ make: () => new RejectionLogStep(log) });
   }
   entries.push(...extensionSteps);

@@ -10,10 +10,6 @@ import type { Thresholds } from '../rule-thresholds.js';
  * allowed identity is resolved, then not counted. Outside HTTP, identities only.
  */
 export class AllowListStep implements LimiterStep {
-  static uses(rule: RateLimitRule): boolean {
-    return rule.allow !== undefined || rule.configKey !== undefined;
-  }
-
   prepare(
     rule: RateLimitRule,
     thresholds: Thresholds,

@@ -1,5 +1,4 @@
 import type { ResilientConsumption } from '../../resilience/deciding-store.js';
-import type { RateLimitRule } from '../../rules/rate-limit-rule.js';
 import type { LimiterStep } from '../limiter-step.js';
 import type { PreparedRule } from '../prepare-hits.js';
 import type { RateLimitOutcome, ReservedUnits } from '../rate-limit-outcome.js';
@@ -10,10 +9,6 @@ import { heldUnits } from './held-units.js';
  * (`outcome.reserved`), to be settled against what it really cost (`RateLimiterService.settleCost`).
  */
 export class CostReservationsStep implements LimiterStep {
-  static uses(rule: RateLimitRule): boolean {
-    return rule.settleCost !== undefined;
-  }
-
   decided(
     outcome: RateLimitOutcome,
     prepared: readonly PreparedRule[],

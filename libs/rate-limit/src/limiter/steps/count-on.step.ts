@@ -1,5 +1,4 @@
 import type { ResilientConsumption } from '../../resilience/deciding-store.js';
-import type { RateLimitRule } from '../../rules/rate-limit-rule.js';
 import type { LimitedRequest } from '../limited-request.js';
 import type { Consume, LimiterStep } from '../limiter-step.js';
 import type { PreparedRule } from '../prepare-hits.js';
@@ -14,10 +13,6 @@ import { heldUnits } from './held-units.js';
  */
 export class CountOnStep implements LimiterStep {
   private readonly waits: CountOnWaits;
-
-  static uses(rule: RateLimitRule): boolean {
-    return rule.countOn !== 'all';
-  }
 
   constructor(inFlightWaitMs: number) {
     this.waits = new CountOnWaits(inFlightWaitMs);

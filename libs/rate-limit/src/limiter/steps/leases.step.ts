@@ -1,6 +1,5 @@
 import type { ResilientConsumption } from '../../resilience/deciding-store.js';
 import type { LeasingStore } from '../../resilience/leasing.store.js';
-import type { RateLimitRule } from '../../rules/rate-limit-rule.js';
 import type { Consume, LimiterStep } from '../limiter-step.js';
 import type { PreparedRule } from '../prepare-hits.js';
 
@@ -9,10 +8,6 @@ import type { PreparedRule } from '../prepare-hits.js';
  * (`LeasingStore`), which takes units this instance holds; the others go to the store as ever.
  */
 export class LeasesStep implements LimiterStep {
-  static uses(rule: RateLimitRule): boolean {
-    return rule.lease > 0;
-  }
-
   /** @param now the time of the calls: the module's clock, or none for the store's own. */
   constructor(
     private readonly leasing: LeasingStore,

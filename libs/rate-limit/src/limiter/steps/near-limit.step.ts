@@ -1,5 +1,4 @@
 import type { ResilientConsumption } from '../../resilience/deciding-store.js';
-import type { RateLimitRule } from '../../rules/rate-limit-rule.js';
 import type { LimiterStep } from '../limiter-step.js';
 import type { PreparedRule } from '../prepare-hits.js';
 import type { RateLimitNearLimitEvent, RateLimitOutcome, RuleDecision } from '../rate-limit-outcome.js';
@@ -10,10 +9,6 @@ import type { RateLimitNearLimitEvent, RateLimitOutcome, RuleDecision } from '..
  * `onNearLimit`. Only what the store decided: the fallback's figures are this instance's guess.
  */
 export class NearLimitStep implements LimiterStep {
-  static uses(rule: RateLimitRule): boolean {
-    return rule.nearLimit !== undefined;
-  }
-
   /** @param onNearLimit the module's, made never to throw into a request; none: flagged only. */
   constructor(private readonly onNearLimit: ((event: RateLimitNearLimitEvent) => void) | undefined) {}
 

@@ -1,6 +1,5 @@
 import type { ResilientConsumption } from '../../resilience/deciding-store.js';
 import type { RateLimitReceipt } from '../../store/rate-limit-store.js';
-import type { RateLimitMode, RateLimitRule } from '../../rules/rate-limit-rule.js';
 import type { Consume, LimiterStep } from '../limiter-step.js';
 import type { PreparedRule } from '../prepare-hits.js';
 
@@ -9,10 +8,6 @@ import type { PreparedRule } from '../prepare-hits.js';
  * to it live (its `configKey`'s `mode`), so every rule with a `configKey` uses the step too.
  */
 export class ShadowStep implements LimiterStep {
-  static uses(moduleMode: RateLimitMode): (rule: RateLimitRule) => boolean {
-    return (rule) => (rule.mode ?? moduleMode) === 'shadow' || rule.configKey !== undefined;
-  }
-
   consume(prepared: readonly PreparedRule[], next: Consume): Promise<ResilientConsumption> {
     return consumeEnforced(prepared, next);
   }

@@ -10,10 +10,6 @@ import type { Thresholds } from '../rule-thresholds.js';
  * not run for it. Work outside HTTP has no request to ask about: it is counted.
  */
 export class SkipIfStep implements LimiterStep {
-  static uses(rule: RateLimitRule): boolean {
-    return rule.skipIf !== undefined;
-  }
-
   constructor(private readonly problems: ExemptionProblems) {}
 
   prepare(

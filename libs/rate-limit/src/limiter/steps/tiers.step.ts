@@ -12,10 +12,6 @@ import { type Thresholds, Warnings } from '../rule-thresholds.js';
 export class TiersStep implements LimiterStep {
   private readonly warnings = new Warnings();
 
-  static uses(rule: RateLimitRule): boolean {
-    return rule.tiers !== undefined;
-  }
-
   constructor(private readonly kit: StepKit) {}
 
   async prepare(

@@ -12,10 +12,6 @@ import { ANONYMOUS_IDENTITY } from '../../store/key-layout.js';
  * Without overrides, it asks nothing.
  */
 export class OverridesStep implements LimiterStep {
-  static uses(rule: RateLimitRule): boolean {
-    return rule.configKey !== undefined;
-  }
-
   constructor(
     private readonly controls: IdentityControls,
     private readonly kit: StepKit,
