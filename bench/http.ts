@@ -20,13 +20,20 @@
  * a full collection and 2 s at rest, over the bare app's. (Read right after the load, it measured
  * when the collector last ran more than what the app keeps: +/-15 MiB from one run to the next.)
  *
+ * BASELINE=<commit> adds 'ours-redis@<commit>': the same contender as 'ours-redis' on the library as
+ * that commit built it (in a temporary git worktree, removed at the end), in the same rounds, so a
+ * change to the library is judged against its parent on the same machine at the same time; below
+ * each table, ours-redis over it, round by round.
+ *
  *   npm run bench:http          (QUICK=1: one round of 2 s each; BENCH_SECONDS=10 for longer)
+ *   BASELINE=f0e3ba6 npm run bench:http
  */
 import autocannon from 'autocannon';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
 import { startRedisServer } from '../test/support/redis-server.js';
+import { type BaselineBuild, buildBaseline } from './support/baseline-build.js';
 import { redisCpuUs } from './support/redis-cpu.js';
 
 const QUICK = process.env.QUICK === '1';
@@ -37,6 +44,8 @@ const WARM_UP_SECONDS = QUICK ? 1 : 2;
 const ROUNDS = QUICK ? 1 : 3;
 const CONNECTIONS = 50;
 const ATTACK_LIMIT = 5;
+const BASELINE = process.env.BASELINE;
+const BASELINE_CONTENDER = `ours-redis@${BASELINE}`;
 
 interface Result {
   perSecond: number;
@@ -48,7 +57,12 @@ interface Result {
   statuses: string;
 }
 
-const ADMITTING = [
+/** The contenders with the baseline, when there is one, right after 'ours-redis'. */
+function withBaseline(contenders: readonly string[]): readonly string[] {
+  return BASELINE ? contenders.flatMap((c) => (c === 'ours-redis' ? [c, BASELINE_CONTENDER] : [c])) : contenders;
+}
+
+const ADMITTING = withBaseline([
   'bare',
   'floor',
   'ours-memory',
@@ -57,8 +71,8 @@ const ADMITTING = [
   'ours-redis-settle',
   'rlf',
   'throttler',
-] as const;
-const ATTACK = ['bare', 'refuse', 'floor', 'ours-memory', 'ours-redis', 'rlf', 'rlf-block', 'throttler'] as const;
+]);
+const ATTACK = withBaseline(['bare', 'refuse', 'floor', 'ours-memory', 'ours-redis', 'rlf', 'rlf-block', 'throttler']);
 
 const NAMES: Record<string, string> = {
   bare: 'bare app (no limiter)',
@@ -71,6 +85,7 @@ const NAMES: Record<string, string> = {
   rlf: 'rate-limiter-flexible',
   'rlf-block': 'rate-limiter-flexible, in-memory block',
   throttler: '@nestjs/throttler + Redis storage',
+  [BASELINE_CONTENDER]: `ours, Redis, as built at ${BASELINE}`,
 };
 
 /** Resident memory of a process now, in MiB (Linux: /proc/<pid>/status). */
@@ -119,9 +134,19 @@ async function startContender(
   };
 }
 
-async function measure(contender: string, limit: number, redisUrl: string, stats: Redis): Promise<Result> {
+async function measure(
+  contender: string,
+  limit: number,
+  redisUrl: string,
+  stats: Redis,
+  baseline: BaselineBuild | undefined,
+): Promise<Result> {
   await stats.flushall();
-  const app = await startContender(contender, { LIMIT: String(limit), REDIS_URL: redisUrl });
+  const env = { LIMIT: String(limit), REDIS_URL: redisUrl };
+  const app =
+    contender === BASELINE_CONTENDER
+      ? await startContender('ours-redis', { ...env, LIBRARY_ENTRY: baseline!.entry })
+      : await startContender(contender, env);
   try {
     await autocannon({ url: app.url, connections: CONNECTIONS, duration: WARM_UP_SECONDS });
     const appBefore = processCpuUs(app.pid);
@@ -165,6 +190,7 @@ async function run(
   limitOf: (contender: string) => number,
   redisUrl: string,
   stats: Redis,
+  baseline: BaselineBuild | undefined,
 ): Promise<void> {
   const results = new Map<string, Result[]>();
   const ratios = new Map<string, number[]>();
@@ -172,7 +198,7 @@ async function run(
     const order = round % 2 === 0 ? contenders : [...contenders].reverse();
     const ofRound = new Map<string, Result>();
     for (const contender of order)
-      ofRound.set(contender, await measure(contender, limitOf(contender), redisUrl, stats));
+      ofRound.set(contender, await measure(contender, limitOf(contender), redisUrl, stats, baseline));
     const bare = ofRound.get('bare')!;
     for (const [contender, result] of ofRound) {
       results.set(contender, [...(results.get(contender) ?? []), result]);
@@ -199,25 +225,45 @@ async function run(
         `${all.at(-1)!.statuses} |`,
     );
   }
+  if (BASELINE) {
+    // Per round, the two builds shared the machine's state; the median of their ratio is the verdict.
+    const ours = ratios.get('ours-redis')!;
+    const over = ratios.get(BASELINE_CONTENDER)!.map((theirs, round) => ours[round] / theirs);
+    rows.push(
+      '',
+      `ours-redis over ours-redis@${BASELINE}, same round: median ${median(over).toFixed(3)} ` +
+        `(rounds: ${over.map((r) => r.toFixed(3)).join(', ')})`,
+    );
+  }
   console.log(rows.join('\n'), '\n');
 }
 
+const baseline = BASELINE ? buildBaseline(BASELINE) : undefined;
 const server = await startRedisServer();
 const stats = new Redis(server.url);
 try {
   console.log(
     `${CONNECTIONS} connections, ${SECONDS} s per contender after ${WARM_UP_SECONDS} s of warm-up, ` +
-      `${ROUNDS} round(s), node ${process.version}\n`,
+      `${ROUNDS} round(s), node ${process.version}${BASELINE ? `, baseline ${BASELINE}` : ''}\n`,
   );
-  await run('Admitting: GET /ping under a limit no request reaches', ADMITTING, () => 1_000_000_000, server.url, stats);
+  await run(
+    'Admitting: GET /ping under a limit no request reaches',
+    ADMITTING,
+    () => 1_000_000_000,
+    server.url,
+    stats,
+    baseline,
+  );
   await run(
     `Attack: one client over ${ATTACK_LIMIT} a minute (the bare app serves 200s)`,
     ATTACK,
     (contender) => (contender === 'bare' ? 1_000_000_000 : ATTACK_LIMIT),
     server.url,
     stats,
+    baseline,
   );
 } finally {
   stats.disconnect();
   await server.stop();
+  baseline?.remove();
 }

@@ -16,6 +16,9 @@
  *   rlf-block       the same with its in-memory block
  *   throttler       @nestjs/throttler with @nest-lab/throttler-storage-redis
  *
+ * LIBRARY_ENTRY, a path to another build's `dist/index.js`, loads the library from there instead
+ * (`bench/http.ts` with BASELINE=<commit>: 'ours-redis' as that commit built it).
+ *
  * The app prints `listening <port>` once it serves. `npm run bench:http` builds it with tsc
  * (bench/tsconfig.build.json) and runs it with node.
  */
@@ -34,8 +37,15 @@ import { APP_GUARD, NestFactory } from '@nestjs/core';
 import { ThrottlerGuard, ThrottlerModule } from '@nestjs/throttler';
 import { ThrottlerStorageRedisService } from '@nest-lab/throttler-storage-redis';
 import { Redis } from 'ioredis';
+import { pathToFileURL } from 'node:url';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
-import { RateLimit, RateLimitModule } from 'nest-rate-limit';
+import type * as NestRateLimit from 'nest-rate-limit';
+
+// LIBRARY_ENTRY: another build of the library (bench/http.ts's BASELINE), in place of this checkout's,
+// so that two commits are measured on the same app.
+const { RateLimit, RateLimitModule } = (await import(
+  process.env.LIBRARY_ENTRY ? pathToFileURL(process.env.LIBRARY_ENTRY).href : 'nest-rate-limit'
+)) as typeof NestRateLimit;
 
 const CONTENDER = process.env.CONTENDER ?? 'bare';
 const LIMIT = Number(process.env.LIMIT ?? 1_000_000_000);
