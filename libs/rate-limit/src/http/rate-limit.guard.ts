@@ -104,12 +104,12 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
 
   canActivate(context: ExecutionContext): Promise<boolean> {
     try {
-      const { rules, split } = this.rulesOf(context);
+      const { rules, split, eventStream } = this.rulesOf(context);
       if (rules.length === 0) return ADMITTED;
-      if (!split) return this.decide(rules, context);
+      if (!split) return this.decide(rules, context, eventStream);
       (invocationOf(context) as Invocation)[DEFERRED] = this;
       if (split.beforeGuards.length === 0) return ADMITTED;
-      return this.decide(split.beforeGuards, context);
+      return this.decide(split.beforeGuards, context, eventStream);
     } catch (error) {
       return Promise.reject(error);
     }
@@ -117,9 +117,9 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
 
   decideAfterGuards(context: ExecutionContext): Promise<boolean> {
     try {
-      const { split } = this.rulesOf(context);
+      const { split, eventStream } = this.rulesOf(context);
       if (!split) return ADMITTED;
-      return this.decide(split.afterGuards, context, AFTER_GUARDS);
+      return this.decide(split.afterGuards, context, eventStream, AFTER_GUARDS);
     } catch (error) {
       return Promise.reject(error);
     }
@@ -148,6 +148,8 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
   private decide(
     rules: readonly RateLimitRule[],
     context: ExecutionContext,
+    /** Whether the handler is an `@Sse()` route (`HandlerRules.eventStream`). */
+    eventStream: boolean,
     part: typeof OUTCOME | typeof AFTER_GUARDS = OUTCOME,
   ): Promise<boolean> {
     const transport = transportOf(context);
@@ -167,7 +169,7 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
       const before = part === AFTER_GUARDS ? invocation[OUTCOME] : undefined;
       const outcome = before ? bothParts(before, decided) : decided;
       invocation[OUTCOME] = outcome;
-      if (transport === 'http') return this.answerHttp(outcome, context);
+      if (transport === 'http') return this.answerHttp(outcome, context, eventStream);
       return this.answerOther(outcome, context, transport);
     });
   }
@@ -199,7 +201,7 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     throw withoutStack(() => this.createException(rejected, context));
   }
 
-  private answerHttp(outcome: RateLimitOutcome, context: ExecutionContext): boolean {
+  private answerHttp(outcome: RateLimitOutcome, context: ExecutionContext, eventStream: boolean): boolean {
     // The response, read as `switchToHttp().getResponse()` does without the three functions that
     // call adds to the context each time.
     const response = context.getArgByIndex<object>(1);
@@ -224,7 +226,7 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     }
     if (outcome.allowed) {
       if (outcome.conditional.length > 0) settleWhenResponseEnds(outcome, response, this.limiter);
-      if (this.rulesOf(context).eventStream) endEventStreamWhenClientLeaves(context);
+      if (eventStream) endEventStreamWhenClientLeaves(context);
       return true;
     }
 

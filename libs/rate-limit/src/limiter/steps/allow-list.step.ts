@@ -1,3 +1,4 @@
+import type { AllowList } from '../../rules/allow-list.js';
 import type { RateLimitRule } from '../../rules/rate-limit-rule.js';
 import type { LimitedRequest } from '../limited-request.js';
 import type { LimiterStep, Prepare } from '../limiter-step.js';
@@ -19,9 +20,16 @@ export class AllowListStep implements LimiterStep {
     const { allow } = thresholds;
     if (!allow) return next(rule, thresholds);
     if (request && allow.readsRequest && allow.allowsClient(request.address, request.userAgent())) return null;
-    const prepared = next(rule, thresholds);
-    if (!allow.readsIdentities) return prepared;
-    if (!(prepared instanceof Promise)) return prepared && allow.allowsIdentity(prepared.identity) ? null : prepared;
-    return prepared.then((p) => (p && allow.allowsIdentity(p.identity) ? null : p));
+    return unlessIdentityAllowed(next(rule, thresholds), allow);
   }
+}
+
+/**
+ * A prepared rule, or null where the list allows the identity it counts (known only once prepared):
+ * a rule's allow list, and the module's.
+ */
+export function unlessIdentityAllowed(prepared: ReturnType<Prepare>, list: AllowList): ReturnType<Prepare> {
+  if (!list.readsIdentities) return prepared;
+  if (!(prepared instanceof Promise)) return prepared && list.allowsIdentity(prepared.identity) ? null : prepared;
+  return prepared.then((p) => (p && list.allowsIdentity(p.identity) ? null : p));
 }

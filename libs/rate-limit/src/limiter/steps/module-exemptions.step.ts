@@ -3,6 +3,7 @@ import { type LimiterStep, NOT_COUNTED, type Prepare, type Screening } from '../
 import type { PreparedRule } from '../prepare-hits.js';
 import type { RateLimitRule } from '../../rules/rate-limit-rule.js';
 import type { Thresholds } from '../rule-thresholds.js';
+import { unlessIdentityAllowed } from './allow-list.step.js';
 
 /**
  * The module's `allow` and `skipIf`: a request from an allowed address (or user agent from its
@@ -27,8 +28,6 @@ export class ModuleExemptionsStep implements LimiterStep {
   ): PreparedRule | null | Promise<PreparedRule | null> {
     const list = this.exemptions.list();
     const prepared = next(rule, thresholds);
-    if (!list?.readsIdentities) return prepared;
-    if (!(prepared instanceof Promise)) return prepared && list.allowsIdentity(prepared.identity) ? null : prepared;
-    return prepared.then((p) => (p && list.allowsIdentity(p.identity) ? null : p));
+    return list ? unlessIdentityAllowed(prepared, list) : prepared;
   }
 }
