@@ -117,6 +117,9 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     return this.scripts.run(FIXED_WINDOW_FAST_SCRIPT, keys, args).then((answer) => {
       const consumption = decodeFast(answer, hits, this.reportRepaired);
       if (!consumption) return this.consumeFull(hits, undefined);
+      // A standalone Redis with the default options ends here: the lost-write check is on only with
+      // `failover.detectLostWrites: true`, or once 'auto' (the default) sees a replica that can be
+      // promoted (`LostWriteCheckSwitch`); the replica wait only with `failover.waitForReplicas`.
       if (!this.lostWrites && !this.replicaWait) return consumption;
       // Each window is named by its start, as the full script names it.
       const { now, decisions } = consumption;

@@ -35,6 +35,7 @@ export class ScriptRunner {
    */
   private readonly ended: CallOutcomes = {
     succeeded: () => {
+      // `down` is a plain field: a healthy Redis's answer reads one boolean here, and no more.
       if (this.late.down) this.late.answeredOnTime();
       this.breaker?.succeeded();
     },
