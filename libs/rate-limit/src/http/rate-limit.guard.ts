@@ -270,7 +270,7 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
   }
 }
 
-/** A handler's rules, which of them wait for the app's guards, and whether it is an `@Sse()` route. */
+/** A handler's rules, which wait for the app's guards (none for default rules), whether it is `@Sse()`. */
 interface HandlerRules {
   rules: readonly RateLimitRule[];
   split: GuardSplit | undefined;

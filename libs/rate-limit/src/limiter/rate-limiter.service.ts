@@ -21,8 +21,9 @@ import { HitPreparation, type PreparedRule } from './prepare-hits.js';
 import { type RateLimitOutcome, decidedOutcome, rateLimitOutcome } from './rate-limit-outcome.js';
 
 /**
- * Decides requests against all their rules: thresholds from the config centre, identities, costs
- * and keys first; then one store call that admits on every rule or on none. The guard calls `check`
+ * Decides requests against all their rules: thresholds (the config centre's only for a rule with a
+ * `configKey`), identities, costs and keys first; then one store call that admits on every rule or
+ * on none. The guard calls `check`
  * for HTTP; `consume` and `reset` do the same for queues, cron jobs and custom transports.
  */
 @Injectable()
@@ -35,6 +36,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   /** @internal Nest creates it; a subclass declares no constructor of its own. */
   constructor(
     @Inject(RESOLVED_RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
+    /** By default BlockCacheStore → ResilientStore → RedisRateLimitStore (`module/limiter-provider.ts`). */
     private readonly store: DecidingStore,
     private readonly problems: StoreProblemLog,
     private readonly registry: RateLimitRuleRegistry,
@@ -235,6 +237,8 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         // A rule turned off is not prepared either: its identity and cost resolvers do not run.
         if (thresholds.mode === 'off') continue;
         const { steps } = this;
+        // `plain`: rules none of whose steps prepares, consumes or sees outcomes, filled on a rule's
+        // first request (`LimiterSteps.forRule`). A default rule uses no step and is always plain.
         const prepared = steps.plain.has(rule)
           ? base(rule, thresholds)
           : steps.prepare(rule, thresholds, base, request);

@@ -22,11 +22,11 @@ export type RateLimitRuleRef = string | (RateLimitOptions & { name: string });
 
 /**
  * Turns decorator metadata into validated rules once per handler, and answers what a request asks:
- * the rules of its handler (`rulesFor`) and which of them wait for the app's guards. Every
- * request opens this file, so it holds only that and the compiling it needs; what bootstrap checks
- * once (every controller, resolver, gateway and provider of the app, the key ids) is
- * `DeclaredRulesCheck`'s, which fills this registry before the app serves. Rules by name, for the
- * limiter's API outside HTTP and for live limits, are here too.
+ * the rules of its handler (`rulesFor`) and which of them wait for the app's guards; the guard asks
+ * once per handler and keeps the answer. It holds only that and the compiling it needs; what
+ * bootstrap checks once (every controller, resolver, gateway and provider of the app, the key ids)
+ * is `DeclaredRulesCheck`'s, which fills this registry before the app serves. Rules by name, for
+ * the limiter's API outside HTTP and for live limits, are here too.
  */
 @Injectable()
 export class RateLimitRuleRegistry {
@@ -71,7 +71,8 @@ export class RateLimitRuleRegistry {
   /**
    * A handler's rules (as `rulesFor` gave them) split into those `RateLimitGuard` decides before the
    * app's guards and those `RateLimitInterceptor` decides after them (each rule's `afterGuards`);
-   * none when every rule is decided before. Each part is still one store call.
+   * undefined when every rule is decided before (a rule with `by` a function, `tiers`, `skipIf` or
+   * `settleCost` waits; a default rule does not). Each part is still one store call.
    * @param http whether the request is an HTTP one (else a GraphQL operation or a WebSocket message)
    */
   splitAroundGuards(rules: readonly RateLimitRule[], http: boolean): GuardSplit | undefined {

@@ -81,7 +81,10 @@ return out
 `,
 );
 
-/** Whether a hit can be decided by FIXED_WINDOW_FAST_SCRIPT (on Redis's clock, without a marker). */
+/**
+ * Whether a hit can be decided by FIXED_WINDOW_FAST_SCRIPT (on Redis's clock, without a marker).
+ * A default rule's can: fixed window, no `blockMs`, no `countOn` condition, no overdraft.
+ */
 export function isFastHit(hit: RateLimitHit): boolean {
   return hit.algorithm === 'fixed-window' && hit.blockMs === 0 && !hit.conditional && hit.overdraftBound === undefined;
 }
