@@ -128,6 +128,7 @@ export function limiterSteps(
     // The centre's first: a banned identity is refused before any exemption can let it through. The
     // default centre (`NestConfigCentre`) brings none; a live one its bans and per-identity overrides.
     ...centre.limiterSteps(),
+    // The module's `allow` and `skipIf` are unset by default (`resolveModuleOptions`): no step screens.
     ...(allow || skipIf
       ? [
           {
@@ -145,7 +146,7 @@ export function limiterSteps(
     // A config key's values may bring an allow list.
     { uses: (rule) => rule.allow !== undefined || rule.configKey !== undefined, make: () => new AllowListStep() },
     { uses: (rule) => rule.countOn !== 'all', make: () => new CountOnStep(options.countOn.inFlightWaitMs) },
-    // A config key's values may turn a rule to 'shadow'.
+    // A config key's values may turn a rule to 'shadow'. The module's `mode` is 'enforce' by default.
     {
       uses: (rule) => (rule.mode ?? options.mode) === 'shadow' || rule.configKey !== undefined,
       make: () => new ShadowStep(),

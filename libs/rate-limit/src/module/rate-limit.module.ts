@@ -121,6 +121,7 @@ const configCentreProvider: Provider = {
     configCentreProvider,
     ruleRegistryProvider,
     RateLimitGuard,
+    // Placed only on handlers with a rule decided after the app's guards: a default rule's never runs it.
     interceptorProvider,
   ],
   exports: [

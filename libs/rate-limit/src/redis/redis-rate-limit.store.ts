@@ -68,6 +68,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     this.markerShare = defences.marker;
     if (defences.lostWrites) this.checkLostWrites(defences.lostWrites);
     this.replicaWait = defences.replicaWait;
+    // `failover.marker` is false by default (`module/defaults.ts`): the fast script is the default.
     this.fast = this.markerShare === false;
     this.cluster = isCluster(redis.client);
     this.calls = new SlotCalls(this.scripts, this.cluster, this.markerShare, this.reportRepaired, (refunds) =>
@@ -101,6 +102,7 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     );
   }
 
+  /** @param now the module's `clock`, unset by default: Redis's own time decides. */
   consume(hits: readonly RateLimitHit[], now?: number): Promise<RateLimitConsumption> {
     if (this.fast && now === undefined && this.allFast(hits)) return this.consumeFast(hits);
     return this.consumeFull(hits, now);
