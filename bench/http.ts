@@ -27,6 +27,8 @@
  *
  *   npm run bench:http          (QUICK=1: one round of 2 s each; BENCH_SECONDS=10 for longer)
  *   BASELINE=f0e3ba6 npm run bench:http
+ *   BASELINE=f0e3ba6 CONTENDERS=ours-redis BENCH_ROUNDS=7 npm run bench:http
+ *                               (only those beside the bare app: more rounds in the same time)
  */
 import autocannon from 'autocannon';
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -41,7 +43,9 @@ const QUICK = process.env.QUICK === '1';
 const RSS_AT_REST_MS = 2_000;
 const SECONDS = Number(process.env.BENCH_SECONDS ?? (QUICK ? 2 : 5));
 const WARM_UP_SECONDS = QUICK ? 1 : 2;
-const ROUNDS = QUICK ? 1 : 3;
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (QUICK ? 1 : 3));
+/** CONTENDERS=a,b: only these (and the bare app, which every ratio needs; the baseline beside 'ours-redis'). */
+const ONLY = process.env.CONTENDERS?.split(',').map((name) => name.trim());
 const CONNECTIONS = 50;
 const ATTACK_LIMIT = 5;
 const BASELINE = process.env.BASELINE;
@@ -57,9 +61,10 @@ interface Result {
   statuses: string;
 }
 
-/** The contenders with the baseline, when there is one, right after 'ours-redis'. */
+/** The contenders CONTENDERS keeps, with the baseline, when there is one, right after 'ours-redis'. */
 function withBaseline(contenders: readonly string[]): readonly string[] {
-  return BASELINE ? contenders.flatMap((c) => (c === 'ours-redis' ? [c, BASELINE_CONTENDER] : [c])) : contenders;
+  const kept = contenders.filter((c) => c === 'bare' || !ONLY || ONLY.includes(c));
+  return BASELINE ? kept.flatMap((c) => (c === 'ours-redis' ? [c, BASELINE_CONTENDER] : [c])) : kept;
 }
 
 const ADMITTING = withBaseline([

@@ -206,6 +206,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     request: LimitedRequest | undefined,
     base: Prepare,
   ): Promise<RateLimitOutcome> {
+    // A plain field: true only when a step screens (the module's `allow`/`skipIf`, a live centre's bans).
     if (!this.steps.screening) return this.prepareAll(rules, request, base);
     const answer = this.steps.screen(rules, request, base);
     if (!(answer instanceof Promise)) return this.screened(answer, rules, request);

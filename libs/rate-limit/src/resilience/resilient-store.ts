@@ -78,8 +78,8 @@ export class ResilientStore extends DecidingStore {
    * What the store answered, learned for the fallback; what the fallback admitted meanwhile for keys
    * of the shards that answered, recorded. The fallback itself is asked only when a field it keeps
    * says it has something to add: a healthy store's answer is only learned. No fallback code runs
-   * for it: `lastSeen` is the `ReportedWindows` below, and `banked`, `heldUntil` and `pending` are
-   * plain fields, empty or 0 unless the store failed lately.
+   * for it: `lastSeen` is the `ReportedWindows` below, and `banked`, `heldUntil` and
+   * `pending.perShard` (a Map) are plain fields, empty or 0 unless the store failed lately.
    */
   private learn(
     hits: readonly RateLimitHit[],

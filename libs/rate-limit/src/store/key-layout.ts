@@ -131,6 +131,8 @@ export function liveConfigKeys(keyPrefix: string): { hash: string; channel: stri
  * given a whole /64 and could otherwise rotate addresses to escape the limit.
  */
 export function clientAddressIdentity(address: string, ipv6PrefixBits: number): string {
+  // Every IPv6 spelling has a ':': an IPv4 client skips the long regex of `isIPv6`.
+  if (!address.includes(':')) return address;
   if (address.startsWith('::ffff:') && isIPv4(address.slice(7))) return address.slice(7);
   if (!isIPv6(address)) return address;
   const groups = expandIPv6(address);
