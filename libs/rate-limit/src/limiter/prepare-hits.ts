@@ -46,7 +46,8 @@ export class HitPreparation {
 
   /**
    * For an HTTP request: identity and cost from the rule's `by` and `cost`. At once (no promise) for
-   * `by: 'ip' | 'global'` with a fixed cost, most rules: promises per rule per request add up.
+   * `by: 'ip' | 'global'` with a fixed cost, most rules (a default rule: `by: 'ip'`, `cost: 1`):
+   * promises per rule per request add up.
    */
   forRequest(
     rule: RateLimitRule,

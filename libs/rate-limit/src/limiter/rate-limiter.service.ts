@@ -36,7 +36,7 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   /** @internal Nest creates it; a subclass declares no constructor of its own. */
   constructor(
     @Inject(RESOLVED_RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
-    /** By default BlockCacheStore → ResilientStore → RedisRateLimitStore (`module/limiter-provider.ts`). */
+    /** By default exactly BlockCacheStore → ResilientStore → RedisRateLimitStore (`module/limiter-provider.ts`); leases are a step. */
     private readonly store: DecidingStore,
     private readonly problems: StoreProblemLog,
     private readonly registry: RateLimitRuleRegistry,
@@ -238,8 +238,9 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         // A rule turned off is not prepared either: its identity and cost resolvers do not run.
         if (thresholds.mode === 'off') continue;
         const { steps } = this;
-        // `plain`: rules none of whose steps prepares, consumes or sees outcomes, filled on a rule's
-        // first request (`LimiterSteps.forRule`). A default rule uses no step and is always plain.
+        // `plain`: rules none of whose steps prepares, consumes or sees admissions, filled on a rule's
+        // first request (`LimiterSteps.forRule`). A default rule is: its one step, the rejection
+        // log, hears refusals only.
         const prepared = steps.plain.has(rule)
           ? base(rule, thresholds)
           : steps.prepare(rule, thresholds, base, request);
