@@ -19,7 +19,8 @@ export const OPERATION_TIMEOUT_MS = 2_000;
  * operator's call (a script, or a plain command: `operation`) with a deadline of its own, past the
  * breaker. Keeps every script it has met loaded on every master (`load`, on every (re)connect), so
  * EVALSHA normally hits. Tells how requests' calls have been going: the breaker's state, the calls
- * past their deadline (`LateAnswers`), whether Redis seems down.
+ * past their deadline (`LateAnswers`), whether Redis seems down. Nothing else of the library runs
+ * per command: the connection's parts (`redis-connection.ts`, `guarded-connector.ts`) act at connect.
  */
 export class ScriptRunner {
   private readonly scripts = new Set<RedisScript>();

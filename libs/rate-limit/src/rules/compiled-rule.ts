@@ -21,7 +21,7 @@ export interface RateLimitRule {
   /** Explicit burst; without it, the (possibly overridden) count. */
   readonly burst: number | undefined;
   readonly cost: NonNullable<RateLimitOptions['cost']>;
-  /** 0: no penalty. */
+  /** 0 (the default, without `blockFor`): no penalty. */
   readonly blockMs: number;
   readonly countOn: NonNullable<RateLimitOptions['countOn']>;
   /** `undefined`: the module's policy. */
