@@ -174,7 +174,8 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     if (prepared.length === 0) return NOT_COUNTED_OUTCOME;
     const { steps } = this;
     if (prepared.every((p) => steps.plain.has(p.rule))) {
-      // No step of the rules acts before a refusal: straight to the store, the steps see refusals only.
+      // From a rule's second request (`plain` is filled on its first): no step of the rules acts
+      // before a refusal, so straight to the store; the steps see refusals only.
       return this.consumeOf(prepared).then((consumption) => {
         const outcome = decidedOutcome(prepared, consumption);
         if (outcome.allowed && outcome.decisions.every((decision) => decision.allowed)) return outcome;
@@ -206,7 +207,9 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     request: LimitedRequest | undefined,
     base: Prepare,
   ): Promise<RateLimitOutcome> {
-    // A plain field: true only when a step screens (the module's `allow`/`skipIf`, a live centre's bans).
+    // A plain field, false by default: with `forRoot({ redis })` and no extension the steps
+    // (`limiterSteps` in module/limiter-provider.ts) are the rejection log alone, which hears refusals
+    // only; a step screens only for the module's `allow`/`skipIf` or a live centre's bans.
     if (!this.steps.screening) return this.prepareAll(rules, request, base);
     const answer = this.steps.screen(rules, request, base);
     if (!(answer instanceof Promise)) return this.screened(answer, rules, request);
@@ -239,8 +242,9 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         if (thresholds.mode === 'off') continue;
         const { steps } = this;
         // `plain`: rules none of whose steps prepares, consumes or sees admissions, filled on a rule's
-        // first request (`LimiterSteps.forRule`). A default rule is: its one step, the rejection
-        // log, hears refusals only.
+        // first request (`LimiterSteps.forRule`; after it no code of that file runs for the rule).
+        // A default rule is: compiled with `countOn: 'all'`, `lease: 0`, `blockMs: 0` and no `mode`
+        // (`validateRule`), it uses no feature's step; its one step, the rejection log, hears refusals.
         const prepared = steps.plain.has(rule)
           ? base(rule, thresholds)
           : steps.prepare(rule, thresholds, base, request);
