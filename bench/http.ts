@@ -93,6 +93,16 @@ const NAMES: Record<string, string> = {
   [BASELINE_CONTENDER]: `ours, Redis, as built at ${BASELINE}`,
 };
 
+// A misspelt name would leave only the bare app to measure, and a bad count no round at all.
+const unknown = ONLY?.filter((name) => !ADMITTING.includes(name) && !ATTACK.includes(name)) ?? [];
+if (unknown.length > 0) {
+  const names = Object.keys(NAMES).filter((name) => name !== BASELINE_CONTENDER);
+  throw new Error(`CONTENDERS: no contender ${unknown.join(', ')}; there are ${names.join(', ')}`);
+}
+if (!Number.isInteger(ROUNDS) || ROUNDS < 1) {
+  throw new Error(`BENCH_ROUNDS: ${process.env.BENCH_ROUNDS} is not a whole number of rounds above 0`);
+}
+
 /** Resident memory of a process now, in MiB (Linux: /proc/<pid>/status). */
 function processRssMiB(pid: number): number {
   const kib = Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0);

@@ -23,8 +23,8 @@ import { type RateLimitOutcome, decidedOutcome, rateLimitOutcome } from './rate-
 /**
  * Decides requests against all their rules: thresholds (the config centre's only for a rule with a
  * `configKey`), identities, costs and keys first; then one store call that admits on every rule or
- * on none. The guard calls `check`
- * for HTTP; `consume` and `reset` do the same for queues, cron jobs and custom transports.
+ * on none. The guard calls `check` for HTTP; `consume` and `reset` do the same for queues, cron jobs
+ * and custom transports.
  */
 @Injectable()
 export class RateLimiterService implements OnApplicationBootstrap, OnApplicationShutdown {
@@ -36,7 +36,10 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   /** @internal Nest creates it; a subclass declares no constructor of its own. */
   constructor(
     @Inject(RESOLVED_RATE_LIMIT_OPTIONS) private readonly options: ResolvedRateLimitOptions,
-    /** By default exactly BlockCacheStore → ResilientStore → RedisRateLimitStore (`module/limiter-provider.ts`); leases are a step. */
+    /**
+     * By default exactly BlockCacheStore → ResilientStore → RedisRateLimitStore
+     * (`module/limiter-provider.ts`); leases are a step, not a layer.
+     */
     private readonly store: DecidingStore,
     private readonly problems: StoreProblemLog,
     private readonly registry: RateLimitRuleRegistry,
@@ -174,8 +177,8 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
     if (prepared.length === 0) return NOT_COUNTED_OUTCOME;
     const { steps } = this;
     if (prepared.every((p) => steps.plain.has(p.rule))) {
-      // From a rule's second request (`plain` is filled on its first): no step of the rules acts
-      // before a refusal, so straight to the store; the steps see refusals only.
+      // No step of the rules acts before a refusal (`plain`, see `prepareAll`): straight to the
+      // store, the steps see refusals only.
       return this.consumeOf(prepared).then((consumption) => {
         const outcome = decidedOutcome(prepared, consumption);
         if (outcome.allowed && outcome.decisions.every((decision) => decision.allowed)) return outcome;

@@ -35,8 +35,9 @@ export interface RedisFailoverDefences {
 
 /**
  * Counters in Redis, shared by every instance (`shared`: the module puts the block cache and the
- * local fallback in front of it, `module/limiter-provider.ts`). All rules of a request go in one Lua call: fixed
- * windows on Redis's clock in the fast script (FIXED_WINDOW_FAST_SCRIPT), the rest in the full one.
+ * local fallback in front of it, `module/limiter-provider.ts`). All rules of a request go in one Lua
+ * call: fixed windows on Redis's clock in the fast script (FIXED_WINDOW_FAST_SCRIPT), the rest in
+ * the full one.
  * On Cluster, a call's keys must share a hash slot: hits are grouped by slot (keys of one identity
  * always share one), one call per group (`SlotCalls`). The failover defences run here, the only
  * place that sees Redis's own time of each decision.

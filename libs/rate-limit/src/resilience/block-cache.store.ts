@@ -28,7 +28,7 @@ export class BlockCacheStore extends DecidingStoreLayer {
     inner: DecidingStore,
     private readonly blocked: BlockedKeys,
     private readonly clock: (() => number) | undefined,
-    /** The `DECISION_OBSERVER` only `rateLimitMetrics()` provides; unset by default. */
+    /** The `DECISION_OBSERVER` of `rateLimitMetrics()`; unset by default. */
     private readonly observer: StoreObserver | undefined,
   ) {
     super(inner);

@@ -20,7 +20,7 @@ export interface ResilienceOptions {
   /** The module's `storeErrors.policy`, for hits whose rule names none. */
   policy: RateLimitStoreErrorPolicy;
   localFallback: LocalFallbackOptions;
-  /** Told of every store call: the `DECISION_OBSERVER` only `rateLimitMetrics()` provides; unset by default, nothing timed. */
+  /** Told of every store call: the `DECISION_OBSERVER` of `rateLimitMetrics()`; unset by default (nothing timed). */
   observer?: StoreObserver;
 }
 

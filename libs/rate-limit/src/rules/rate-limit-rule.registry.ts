@@ -71,8 +71,8 @@ export class RateLimitRuleRegistry {
   /**
    * A handler's rules (as `rulesFor` gave them) split into those `RateLimitGuard` decides before the
    * app's guards and those `RateLimitInterceptor` decides after them (each rule's `afterGuards`);
-   * undefined when every rule is decided before (a rule with `by` a function, `tiers`, `skipIf` or
-   * `settleCost` waits; a default rule does not). Each part is still one store call.
+   * undefined when every rule is decided before (which rules wait: `afterGuardsOf` in
+   * rate-limit-rule.ts; a default rule does not). Each part is still one store call.
    * @param http whether the request is an HTTP one (else a GraphQL operation or a WebSocket message)
    */
   splitAroundGuards(rules: readonly RateLimitRule[], http: boolean): GuardSplit | undefined {
