@@ -246,8 +246,9 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
         const { steps } = this;
         // `plain`: rules none of whose steps prepares, consumes or sees admissions, filled on a rule's
         // first request (`LimiterSteps.forRule`; after it no code of that file runs for the rule).
-        // A default rule is: compiled with `countOn: 'all'`, `lease: 0`, `blockMs: 0` and no `mode`
-        // (`validateRule`), it uses no feature's step; its one step, the rejection log, hears refusals.
+        // A default rule is: compiled with `algorithm: 'fixed-window'`, `countOn: 'all'`, `lease: 0`,
+        // `blockMs: 0` and no `mode` (`validateRule`), it uses no feature's step; its one step, the
+        // rejection log, hears refusals.
         const prepared = steps.plain.has(rule)
           ? base(rule, thresholds)
           : steps.prepare(rule, thresholds, base, request);

@@ -26,7 +26,7 @@ import { LeasingStore } from '../resilience/leasing.store.js';
 import { ResilientStore } from '../resilience/resilient-store.js';
 import { RateLimitRuleRegistry } from '../rules/rate-limit-rule.registry.js';
 import { RateLimitStore } from '../store/rate-limit-store.js';
-import { LEASE_MAX_KEYS, REJECTION_LOG_MAX_KEYS } from './defaults.js';
+import { LAST_SEEN_MIN_KEYS, LEASE_MAX_KEYS, REJECTION_LOG_MAX_KEYS } from './defaults.js';
 import { RESOLVED_RATE_LIMIT_OPTIONS, type ResolvedRateLimitOptions } from './options.js';
 import { storeProblemLog } from './store-providers.js';
 
@@ -53,7 +53,7 @@ function decidingStore(
     policy: storeErrors.policy,
     localFallback: {
       ...storeErrors.localFallback,
-      maxKeys: memoryStore.maxKeys,
+      maxKeys: Math.max(memoryStore.maxKeys, LAST_SEEN_MIN_KEYS),
       instances: store instanceof RedisRateLimitStore ? () => redis.news.instances : undefined,
       storeSeemsDown: store instanceof RedisRateLimitStore ? () => redis.runner.seemsDown : undefined,
       // Units Redis counted for requests refused here, which this instance may admit with.
