@@ -68,7 +68,7 @@ export const LOG_SAMPLING = { intervalMs: 10_000, maxLinesPerSecond: 5 } as cons
  * `memoryStore.maxKeys` is larger): enough for the identities a busy app sees in a window. Below
  * the keys in use, every request missed and evicted an entry, which then aged into the old
  * generation: 1-4 µs more a decision and 1-2 ms pauses at p99 (`npm run bench:core`, 10,000 keys).
- * About 2.8 MB is reserved at start; full, about 250 bytes a key.
+ * Nothing is reserved at start; about 360 bytes a key held (35 MB at the bound).
  */
 export const LAST_SEEN_MIN_KEYS = 100_000;
 

@@ -193,7 +193,13 @@ export class ReportedWindows implements LastSeenKeys {
   readonly banked = new Set<string>();
 
   constructor(maxKeys: number) {
-    this.windows = new LRUCache({ max: maxKeys, dispose: (_, key) => this.banked.delete(key) });
+    // Bounded by a count of entries (`maxSize`, each of size 1) rather than `max`, which reserves
+    // room for all of them at start: the memory follows the keys in use.
+    this.windows = new LRUCache({
+      maxSize: maxKeys,
+      sizeCalculation: () => 1,
+      dispose: (_, key) => this.banked.delete(key),
+    });
   }
 
   get(key: string): LastSeen | undefined {
