@@ -55,7 +55,8 @@ const COMPACT_AFTER = 1_024;
  * settles the call first. With an idle loop this adds nothing but one turn.
  */
 export class CallDeadlines {
-  private queue: Deadline[] = [];
+  /** Entries before `head` are let go (undefined): see `settle`. */
+  private queue: (Deadline | undefined)[] = [];
   private head = 0;
   private timer: NodeJS.Timeout | undefined;
   /** Calls held with the rest of their turn's (`WriteBatches`), whose deadlines start when they go out. */
@@ -97,11 +98,17 @@ export class CallDeadlines {
    * Marks a call settled, and drops the settled calls at the queue's front: replies come in the
    * order calls were made, so the queue holds the calls in flight. (Kept until the timer, settled
    * entries were copied by every young-generation collection: p99 several times the bare script's.)
+   * Each is let go as the head passes it: kept in the array until its next compaction, an entry
+   * held its call and the call's answer through collections that moved them to the old generation.
    */
   private settle(deadline: Deadline): void {
     deadline.settled = true;
-    if (this.queue[this.head] !== deadline) return;
-    while (this.head < this.queue.length && this.queue[this.head].settled) this.head += 1;
+    const { queue } = this;
+    if (queue[this.head] !== deadline) return;
+    while (this.head < queue.length && queue[this.head]!.settled) {
+      queue[this.head] = undefined;
+      this.head += 1;
+    }
     this.compact();
   }
 
@@ -134,8 +141,9 @@ export class CallDeadlines {
     const now = performance.now();
     const { queue } = this;
     while (this.head < queue.length) {
-      const deadline = queue[this.head];
+      const deadline = queue[this.head]!;
       if (!deadline.settled && deadline.at > now) break;
+      queue[this.head] = undefined;
       this.head += 1;
       if (!deadline.settled) {
         setImmediate(() => {
@@ -148,9 +156,8 @@ export class CallDeadlines {
     }
     this.compact();
     // A call not sent yet has no deadline: `sent` arms the timer for it.
-    if (this.head < this.queue.length && this.queue[this.head].at !== Infinity) {
-      this.arm(this.queue[this.head].at - now);
-    }
+    const first = this.queue[this.head];
+    if (first && first.at !== Infinity) this.arm(first.at - now);
   };
 }
 

@@ -10,9 +10,10 @@ import { RedisScript } from '../script-runner.js';
  * The decision most requests ask for, at the least cost to Redis and to the app: fixed-window
  * rules on Redis's clock, without `blockFor`, `countOn` or the lost-write marker. Each counter is
  * a plain integer whose TTL is its window's absolute end, so a decision is INCRBY and PEXPIRETIME
- * per rule (and PEXPIREAT when a window starts), one TIME, and to take back a refused request a
- * DECRBY per rule (a DEL of a counter this call created). The reply is integers only: Redis's time, then one per rule, so nothing per
- * rule is built in Lua or parsed in the app.
+ * (Redis 7.0 and later, which the connection checks at start: `redis-version.ts`) per rule (and
+ * PEXPIREAT when a window starts), one TIME, and to take back a refused request a DECRBY per rule
+ * (a DEL of a counter this call created). The reply is integers only: Redis's time, then one per
+ * rule, so nothing per rule is built in Lua or parsed in the app.
  *
  * It is the full script's fixed window (`fixed-window.lua.ts`, TTL form, which explains why a
  * window is named by its stored end and one reading of TIME) for the cases that need none of its
