@@ -25,8 +25,11 @@ export class UnitsToRecord {
     maxKeys: number,
     private readonly shardOf: (key: string) => string,
   ) {
+    // A count of entries (`maxSize`, each of size 1), not `max`: `max` reserves room for all of
+    // them at start, and units wait here only while the store is out.
     this.byKey = new LRUCache({
-      max: maxKeys,
+      maxSize: maxKeys,
+      sizeCalculation: () => 1,
       dispose: ({ shard }) => {
         const left = (this.perShard.get(shard) ?? 1) - 1;
         if (left > 0) this.perShard.set(shard, left);
