@@ -31,8 +31,9 @@
  *                               (only those beside the bare app: more rounds in the same time)
  */
 import autocannon from 'autocannon';
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { Redis } from 'ioredis';
 import { startRedisServer } from '../test/support/redis-server.js';
 import { type BaselineBuild, buildBaseline } from './support/baseline-build.js';
@@ -50,6 +51,30 @@ const CONNECTIONS = 50;
 const ATTACK_LIMIT = 5;
 const BASELINE = process.env.BASELINE;
 const BASELINE_CONTENDER = `ours-redis@${BASELINE}`;
+
+/**
+ * The core each contender runs on alone, while this process (autocannon) and Redis share the
+ * others: Linux with `taskset` and at least two cores, unless BENCH_PIN=0. Left to the scheduler,
+ * the app, the load and Redis moved between the two cores of the project's machine, and the same
+ * contender's rate spread over a third from one round to the next (0.72-1.30 of another build's).
+ */
+const APP_CORE = pinnedCore();
+
+function pinnedCore(): number | undefined {
+  if (process.env.BENCH_PIN === '0' || process.platform !== 'linux' || availableParallelism() < 2) return undefined;
+  try {
+    execFileSync('taskset', ['-p', String(process.pid)], { stdio: 'ignore' });
+  } catch {
+    return undefined;
+  }
+  return availableParallelism() - 1;
+}
+
+/** Keeps a process and all its threads on the cores other than the contenders'. */
+function keepOffAppCore(pid: number): void {
+  if (APP_CORE === undefined) return;
+  execFileSync('taskset', ['-a', '-p', '-c', `0-${APP_CORE - 1}`, String(pid)], { stdio: 'ignore' });
+}
 
 interface Result {
   perSecond: number;
@@ -120,14 +145,16 @@ async function startContender(
   contender: string,
   env: Record<string, string>,
 ): Promise<{ url: string; pid: number; stop(): Promise<void> }> {
-  const child: ChildProcess = spawn(
-    process.execPath,
-    // Built by tsc (npm run bench:http does): under tsx, the peers' CommonJS builds would load a
-    // second copy of @nestjs/core, whose Reflector Nest cannot inject.
-    // --expose-gc: the contender collects on SIGUSR2, before its memory is read.
-    ['--expose-gc', 'dist/bench/support/http-contender.js'],
-    { env: { ...process.env, ...env, CONTENDER: contender }, stdio: ['ignore', 'pipe', 'inherit'] },
-  );
+  // Built by tsc (npm run bench:http does): under tsx, the peers' CommonJS builds would load a
+  // second copy of @nestjs/core, whose Reflector Nest cannot inject.
+  // --expose-gc: the contender collects on SIGUSR2, before its memory is read.
+  const node = [process.execPath, '--expose-gc', 'dist/bench/support/http-contender.js'];
+  // taskset runs node in its own process: the pid is the app's.
+  const command = APP_CORE === undefined ? node : ['taskset', '-c', String(APP_CORE), ...node];
+  const child: ChildProcess = spawn(command[0], command.slice(1), {
+    env: { ...process.env, ...env, CONTENDER: contender },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   const port = await new Promise<number>((resolve, reject) => {
     let output = '';
     child.stdout!.on('data', (chunk: Buffer) => {
@@ -257,9 +284,12 @@ const baseline = BASELINE ? buildBaseline(BASELINE) : undefined;
 const server = await startRedisServer();
 const stats = new Redis(server.url);
 try {
+  keepOffAppCore(process.pid);
+  keepOffAppCore(server.pid);
   console.log(
     `${CONNECTIONS} connections, ${SECONDS} s per contender after ${WARM_UP_SECONDS} s of warm-up, ` +
-      `${ROUNDS} round(s), node ${process.version}${BASELINE ? `, baseline ${BASELINE}` : ''}\n`,
+      `${ROUNDS} round(s), node ${process.version}${BASELINE ? `, baseline ${BASELINE}` : ''}` +
+      `${APP_CORE === undefined ? '' : `, each contender alone on core ${APP_CORE}`}\n`,
   );
   await run(
     'Admitting: GET /ping under a limit no request reaches',
