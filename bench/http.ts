@@ -13,19 +13,23 @@
  *   bare app serving 200s: there the refusal path itself is the budget, and a guard that refuses
  *   every request without asking anyone shows what Nest's own 429 path costs.
  *
- * Each contender runs after a warm-up; rounds alternate the contenders' order, figures are ratios
- * to the bare app in the same round, and each cell keeps its median over the rounds. App CPU is the
- * contender process's (from /proc), Redis CPU the server's `used_cpu_user + used_cpu_sys`, both per
- * request over the bare app's and per request; RSS the contender's resident memory after its run,
- * a full collection and 2 s at rest, over the bare app's. (Read right after the load, it measured
- * when the collector last ran more than what the app keeps: +/-15 MiB from one run to the next.)
+ * Each section starts every contender's app once, warms each up, and keeps them all up through its
+ * rounds: a round loads each app in turn for a few seconds, in alternating order, so each round's
+ * contenders share the machine's state of that minute. (An app started afresh for each round
+ * brought its own warm-up and heap into the figures: the same build's rate spread over a third from
+ * one round to the next.) Figures are ratios to the bare app in the same round, and each cell keeps
+ * its median over the rounds. App CPU is the contender process's (from /proc), Redis CPU the
+ * server's `used_cpu_user + used_cpu_sys`, both per request over the bare app's and per request;
+ * RSS the contender's resident memory after the section's rounds, a full collection and 2 s at
+ * rest, over the bare app's. (Read right after the load, it measured when the collector last ran
+ * more than what the app keeps: +/-15 MiB from one run to the next.)
  *
  * BASELINE=<commit> adds 'ours-redis@<commit>': the same contender as 'ours-redis' on the library as
  * that commit built it (in a temporary git worktree, removed at the end), in the same rounds, so a
  * change to the library is judged against its parent on the same machine at the same time; below
  * each table, ours-redis over it, round by round.
  *
- *   npm run bench:http          (QUICK=1: one round of 2 s each; BENCH_SECONDS=10 for longer)
+ *   npm run bench:http          (QUICK=1: one round of 2 s each; BENCH_ROUNDS, BENCH_SECONDS)
  *   BASELINE=f0e3ba6 npm run bench:http
  *   BASELINE=f0e3ba6 CONTENDERS=ours-redis BENCH_ROUNDS=7 npm run bench:http
  *                               (only those beside the bare app: more rounds in the same time)
@@ -40,11 +44,11 @@ import { type BaselineBuild, buildBaseline } from './support/baseline-build.js';
 import { redisCpuUs } from './support/redis-cpu.js';
 
 const QUICK = process.env.QUICK === '1';
-/** How long a contender rests after its run and a full collection before its memory is read. */
+/** How long the apps rest after their rounds and a full collection before their memory is read. */
 const RSS_AT_REST_MS = 2_000;
-const SECONDS = Number(process.env.BENCH_SECONDS ?? (QUICK ? 2 : 5));
-const WARM_UP_SECONDS = QUICK ? 1 : 2;
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (QUICK ? 1 : 3));
+const SECONDS = Number(process.env.BENCH_SECONDS ?? (QUICK ? 2 : 3));
+const WARM_UP_SECONDS = QUICK ? 1 : 5;
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (QUICK ? 1 : 7));
 /** CONTENDERS=a,b: only these (and the bare app, which every ratio needs; the baseline beside 'ours-redis'). */
 const ONLY = process.env.CONTENDERS?.split(',').map((name) => name.trim());
 const CONNECTIONS = 50;
@@ -81,8 +85,6 @@ interface Result {
   p99Ms: number;
   appCpuUs: number;
   redisCpuUs: number;
-  /** The app's resident memory after its run (MiB). */
-  rssMiB: number;
   statuses: string;
 }
 
@@ -176,49 +178,51 @@ async function startContender(
   };
 }
 
-async function measure(
+type App = Awaited<ReturnType<typeof startContender>>;
+
+/** A contender's app, started for a section and kept up (warm) through all its rounds. */
+function startApp(
   contender: string,
   limit: number,
   redisUrl: string,
-  stats: Redis,
   baseline: BaselineBuild | undefined,
-): Promise<Result> {
-  await stats.flushall();
+): Promise<App> {
   const env = { LIMIT: String(limit), REDIS_URL: redisUrl };
-  const app =
-    contender === BASELINE_CONTENDER
-      ? await startContender('ours-redis', { ...env, LIBRARY_ENTRY: baseline!.entry })
-      : await startContender(contender, env);
-  try {
-    await autocannon({ url: app.url, connections: CONNECTIONS, duration: WARM_UP_SECONDS });
-    const appBefore = processCpuUs(app.pid);
-    const redisBefore = await redisCpuUs(stats);
-    const result = await autocannon({ url: app.url, connections: CONNECTIONS, duration: SECONDS });
-    const appCpu = processCpuUs(app.pid) - appBefore;
-    const redisCpu = (await redisCpuUs(stats)) - redisBefore;
-    process.kill(app.pid, 'SIGUSR2');
-    await new Promise((resolve) => setTimeout(resolve, RSS_AT_REST_MS));
-    const rssMiB = processRssMiB(app.pid);
-    const total = result.requests.total;
-    const statuses = Object.entries({
-      '2xx': result['2xx'],
-      '429': result.non2xx,
-      errors: result.errors + result.timeouts,
-    })
-      .filter(([, n]) => n > 0)
-      .map(([name, n]) => `${name} ${n}`)
-      .join(', ');
-    return {
-      perSecond: result.requests.average,
-      p99Ms: result.latency.p99,
-      appCpuUs: appCpu / total,
-      redisCpuUs: redisCpu / total,
-      rssMiB,
-      statuses,
-    };
-  } finally {
-    await app.stop();
-  }
+  return contender === BASELINE_CONTENDER
+    ? startContender('ours-redis', { ...env, LIBRARY_ENTRY: baseline!.entry })
+    : startContender(contender, env);
+}
+
+/** One round of one contender: its app under load for SECONDS. */
+async function measure(app: App, stats: Redis): Promise<Result> {
+  const appBefore = processCpuUs(app.pid);
+  const redisBefore = await redisCpuUs(stats);
+  const result = await autocannon({ url: app.url, connections: CONNECTIONS, duration: SECONDS });
+  const appCpu = processCpuUs(app.pid) - appBefore;
+  const redisCpu = (await redisCpuUs(stats)) - redisBefore;
+  const total = result.requests.total;
+  const statuses = Object.entries({
+    '2xx': result['2xx'],
+    '429': result.non2xx,
+    errors: result.errors + result.timeouts,
+  })
+    .filter(([, n]) => n > 0)
+    .map(([name, n]) => `${name} ${n}`)
+    .join(', ');
+  return {
+    perSecond: result.requests.average,
+    p99Ms: result.latency.p99,
+    appCpuUs: appCpu / total,
+    redisCpuUs: redisCpu / total,
+    statuses,
+  };
+}
+
+/** Each app's resident memory after a full collection and RSS_AT_REST_MS at rest (MiB). */
+async function restingRss(apps: ReadonlyMap<string, App>): Promise<Map<string, number>> {
+  for (const app of apps.values()) process.kill(app.pid, 'SIGUSR2');
+  await new Promise((resolve) => setTimeout(resolve, RSS_AT_REST_MS));
+  return new Map([...apps].map(([contender, app]) => [contender, processRssMiB(app.pid)]));
 }
 
 function median(values: number[]): number {
@@ -236,19 +240,30 @@ async function run(
 ): Promise<void> {
   const results = new Map<string, Result[]>();
   const ratios = new Map<string, number[]>();
-  for (let round = 0; round < ROUNDS; round += 1) {
-    const order = round % 2 === 0 ? contenders : [...contenders].reverse();
-    const ofRound = new Map<string, Result>();
-    for (const contender of order)
-      ofRound.set(contender, await measure(contender, limitOf(contender), redisUrl, stats, baseline));
-    const bare = ofRound.get('bare')!;
-    for (const [contender, result] of ofRound) {
-      results.set(contender, [...(results.get(contender) ?? []), result]);
-      ratios.set(contender, [...(ratios.get(contender) ?? []), result.perSecond / bare.perSecond]);
+  await stats.flushall();
+  const apps = new Map<string, App>();
+  let rss: Map<string, number>;
+  try {
+    for (const contender of contenders)
+      apps.set(contender, await startApp(contender, limitOf(contender), redisUrl, baseline));
+    for (const app of apps.values())
+      await autocannon({ url: app.url, connections: CONNECTIONS, duration: WARM_UP_SECONDS });
+    for (let round = 0; round < ROUNDS; round += 1) {
+      const order = round % 2 === 0 ? contenders : [...contenders].reverse();
+      const ofRound = new Map<string, Result>();
+      for (const contender of order) ofRound.set(contender, await measure(apps.get(contender)!, stats));
+      const bare = ofRound.get('bare')!;
+      for (const [contender, result] of ofRound) {
+        results.set(contender, [...(results.get(contender) ?? []), result]);
+        ratios.set(contender, [...(ratios.get(contender) ?? []), result.perSecond / bare.perSecond]);
+      }
     }
+    rss = await restingRss(apps);
+  } finally {
+    await Promise.all([...apps.values()].map((app) => app.stop()));
   }
   const bareCpu = median(results.get('bare')!.map((r) => r.appCpuUs));
-  const bareRss = median(results.get('bare')!.map((r) => r.rssMiB));
+  const bareRss = rss.get('bare')!;
   const rows = [
     `### ${title}`,
     '',
@@ -263,7 +278,7 @@ async function run(
         `${median(ratios.get(contender)!).toFixed(2)} | ${median(all.map((r) => r.p99Ms))} | ` +
         `${contender === 'bare' ? `(${cpu.toFixed(0)} in all)` : `+${(cpu - bareCpu).toFixed(0)}`} | ` +
         `${median(all.map((r) => r.redisCpuUs)).toFixed(1)} | ` +
-        `${contender === 'bare' ? `(${bareRss.toFixed(0)} in all)` : `+${(median(all.map((r) => r.rssMiB)) - bareRss).toFixed(1)}`} | ` +
+        `${contender === 'bare' ? `(${bareRss.toFixed(0)} in all)` : `+${(rss.get(contender)! - bareRss).toFixed(1)}`} | ` +
         `${all.at(-1)!.statuses} |`,
     );
   }
