@@ -8,7 +8,7 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { ServerResponse } from 'node:http';
-import { RateLimitBannedException, RateLimitException, banMessage } from './rate-limit.exception.js';
+import { RateLimitBannedException, RateLimitException, banMessage, withoutStack } from './rate-limit.exception.js';
 import {
   bothParts,
   type RateLimitOutcome,
@@ -40,7 +40,7 @@ import {
  * 1.5x as long, its p99 1.6x, at 16 in flight).
  */
 const OUTCOME = Symbol('nest-rate-limit outcome');
-/** Per request: the guard that left rules to `RateLimitInterceptor`; and their outcome (decided once). */
+/** Per request: the guard that left rules to `RateLimitInterceptor`; their outcome (decided once). */
 const DEFERRED = Symbol('nest-rate-limit deferred');
 const AFTER_GUARDS = Symbol('nest-rate-limit after guards');
 
@@ -67,9 +67,8 @@ export function guardDeferredTo(request: object): AfterGuardsDecider | undefined
  * response ends as the rule does not count.
  *
  * Admitted requests get their `RateLimit-*` headers here too, before the handler writes its
- * response: the guard is the one place every limited request passes, so a global interceptor
- * would only add Nest's observable pipeline to every route (about 6% of a small app's requests
- * per second, measured with `npm run bench:http`).
+ * response: a global interceptor would add Nest's observable pipeline to every route (about 6% of
+ * a small app's requests per second, `npm run bench:http`).
  *
  * A rule decided after the app's guards (`RateLimitRule.afterGuards`: its `by` reads `req.user`)
  * is left to `RateLimitInterceptor`; the handler's other rules are still decided here, so the
@@ -81,6 +80,8 @@ export function guardDeferredTo(request: object): AfterGuardsDecider | undefined
 export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
   /** Says once when requests come through a proxy the app does not trust. */
   private readonly untrustedProxy = new UntrustedProxyCheck();
+  /** Per rule, the last 429 made (`createException`). */
+  private readonly lastRefusals = new WeakMap<RateLimitRule, RateLimitException>();
   /** Per controller and handler, its rules for HTTP requests and for the others (`rulesOf`). */
   private readonly handlers = new WeakMap<object, Map<object, { http?: HandlerRules; other?: HandlerRules }>>();
 
@@ -93,10 +94,9 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
   ) {}
 
   /**
-   * Has the app's HTTP server answer clients that half-close their connection after the request
-   * (and read the answer), as the embedded store always could: Node's default ends such a
-   * connection at once, so an answer decided after a Redis call never left, and a `countOn` rule
-   * counted the request as one that never finished.
+   * Has the app's HTTP server answer clients that half-close their connection after the request:
+   * Node's default ends such a connection at once, so an answer decided after a Redis call never
+   * left, and a `countOn` rule counted the request as one that never finished.
    */
   onApplicationBootstrap(): void {
     answerHalfClosedClients(this.adapterHost.httpAdapter?.getHttpServer());
@@ -250,8 +250,7 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     const gql = context.getArgByIndex<{ res?: object; reply?: object; req?: { res?: object } } | undefined>(2);
     // Express hangs the response on its request, which is what the drivers' default context holds.
     const response = gql?.res ?? gql?.reply ?? gql?.req?.res;
-    // A failed non-null field can end the operation early: its answer may be out while other
-    // fields of it are still being decided, and a header set then would throw.
+    // A failed non-null field can end the operation early, and a header set after its answer throws.
     if (response && !headersSent(response)) {
       this.adapterHost.httpAdapter.setHeader(response, 'Retry-After', String(retryAfterSeconds(rejected)));
     }
@@ -266,7 +265,12 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
   protected createException(rejected: RuleDecision, context: ExecutionContext): Error {
     const retryAfter = retryAfterSeconds(rejected);
     if (context.getType<string>() === 'graphql') return new RateLimitGraphQLError(retryAfter, rejected.rule.name);
-    return new RateLimitException(retryAfter, rejected.rule.name);
+    // The refusals of one rule in one second are alike (an attack's): one exception, which Nest only reads.
+    const last = this.lastRefusals.get(rejected.rule);
+    if (last?.retryAfterSeconds === retryAfter) return last;
+    const exception = new RateLimitException(retryAfter, rejected.rule.name);
+    this.lastRefusals.set(rejected.rule, exception);
+    return exception;
   }
 }
 
@@ -280,21 +284,10 @@ interface HandlerRules {
 /** What the guard answers a request it admits without deciding anything: one promise for all of them. */
 const ADMITTED = Promise.resolve(true);
 
-/** Whether an Express response (a Node response) or a Fastify reply (wrapping one as `raw`) has gone out. */
-function headersSent(response: object): boolean {
-  return ((response as { raw?: ServerResponse }).raw ?? (response as ServerResponse)).headersSent;
-}
-
 /**
- * A refusal is an answer, not a fault: its error is made without a stack trace, which nobody
- * reads and which cost about 7 µs of every 429 (`npm run bench:http`, under attack).
+ * Whether an Express response (a Node response, read first: a miss on `raw` walks its long
+ * prototype chain) or a Fastify reply (wrapping one as `raw`) has gone out.
  */
-function withoutStack<T>(create: () => T): T {
-  const limit = Error.stackTraceLimit;
-  Error.stackTraceLimit = 0;
-  try {
-    return create();
-  } finally {
-    Error.stackTraceLimit = limit;
-  }
+function headersSent(response: object): boolean {
+  return (response as ServerResponse).headersSent ?? (response as { raw: ServerResponse }).raw.headersSent;
 }
