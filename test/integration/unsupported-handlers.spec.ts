@@ -9,6 +9,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import {
   RateLimit,
   RateLimitConfigurationError,
+  RateLimitException,
   RateLimitGuard,
   RateLimitModule,
   SkipRateLimit,
@@ -274,7 +275,7 @@ it('reports every unsupported handler and every bad value in one error', async (
   expect(error.problems).toHaveLength(4);
 });
 
-describe('RateLimitGuard, should a limited non-HTTP handler reach it anyway', () => {
+describe('RateLimitGuard, asked directly with contexts no app of ours built', () => {
   /** Never part of an app, so bootstrap never saw it: as a handler registered after init would be. */
   class UnseenHandlers {
     @RateLimit(5, '1s')
@@ -292,6 +293,33 @@ describe('RateLimitGuard, should a limited non-HTTP handler reach it anyway', ()
     await expect(guard.canActivate(context)).rejects.toThrow(
       `@RateLimit on UnseenHandlers.limited: it runs in a '${type}' context, and ${NOT_SUPPORTED}`,
     );
+  });
+
+  it("decides an HTTP request whose response is neither Node's nor wraps one (an adapter of its own)", async () => {
+    @Controller('shaped')
+    class ShapedController {
+      @Get()
+      @RateLimit(1, '1m')
+      get() {}
+    }
+    await createApp({ controllers: [ShapedController] });
+    const guard = app!.get(RateLimitGuard);
+    const headers: Record<string, string> = {};
+    // What Express's adapter calls to set a header; no `headersSent`, no `raw`.
+    const response = { set: (name: string, value: string) => (headers[name] = value) };
+    const socket = { destroyed: false, readableEnded: false, remoteAddress: '10.0.0.1' };
+    const decide = () =>
+      guard.canActivate(
+        new ExecutionContextHost(
+          [{ ip: '10.0.0.1', socket, headers: {} }, response, () => undefined],
+          ShapedController,
+          ShapedController.prototype.get,
+        ),
+      );
+    await expect(decide()).resolves.toBe(true);
+    expect(headers['RateLimit-Remaining']).toBe('0');
+    await expect(decide()).rejects.toBeInstanceOf(RateLimitException);
+    expect(headers['Retry-After']).toMatch(/^\d+$/);
   });
 
   it('passes a non-HTTP context that has no rules', async () => {

@@ -289,5 +289,5 @@ const ADMITTED = Promise.resolve(true);
  * prototype chain) or a Fastify reply (wrapping one as `raw`) has gone out.
  */
 function headersSent(response: object): boolean {
-  return (response as ServerResponse).headersSent ?? (response as { raw: ServerResponse }).raw.headersSent;
+  return (response as ServerResponse).headersSent ?? (response as { raw?: ServerResponse }).raw?.headersSent ?? false;
 }
