@@ -28,6 +28,8 @@ interface Entry {
  */
 export class SampledLogger {
   private readonly entries = new Map<string, Entry>();
+  /** The key set last in `entries`, hence its last while it is there. */
+  private newest: string | undefined;
   private readonly options: SampledLoggerOptions;
   private second = -1;
   private linesThisSecond = 0;
@@ -49,18 +51,22 @@ export class SampledLogger {
   record(key: string, subject: string | (() => string)): void {
     const now = Date.now();
     let entry = this.entries.get(key);
-    if (entry) {
-      // Keep recently active keys at the end, so eviction takes the quietest.
-      this.entries.delete(key);
-    } else {
-      entry = {
-        subject: typeof subject === 'function' ? subject() : subject,
-        pending: 0,
-        lastLineAt: Number.NEGATIVE_INFINITY,
-      };
-      if (this.entries.size >= this.options.maxKeys) this.evictOldest();
+    // Recently active keys kept at the end, so eviction takes the quietest; an attack's key, the
+    // newest again and again, is there already.
+    if (!entry || key !== this.newest) {
+      if (entry) {
+        this.entries.delete(key);
+      } else {
+        entry = {
+          subject: typeof subject === 'function' ? subject() : subject,
+          pending: 0,
+          lastLineAt: Number.NEGATIVE_INFINITY,
+        };
+        if (this.entries.size >= this.options.maxKeys) this.evictOldest();
+      }
+      this.entries.set(key, entry);
+      this.newest = key;
     }
-    this.entries.set(key, entry);
     entry.pending += 1;
     if (now - entry.lastLineAt >= this.options.intervalMs && this.takeLine(now)) {
       this.emit(entry, now);
