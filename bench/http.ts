@@ -20,14 +20,17 @@
  * one round to the next.) Figures are ratios to the bare app in the same round, and each cell keeps
  * its median over the rounds. App CPU is the contender process's (from /proc), Redis CPU the
  * server's `used_cpu_user + used_cpu_sys`, both per request over the bare app's and per request;
- * RSS the contender's resident memory after the section's rounds, a full collection and 2 s at
- * rest, over the bare app's. (Read right after the load, it measured when the collector last ran
- * more than what the app keeps: +/-15 MiB from one run to the next.)
+ * RSS the contender's resident memory, and heap the V8 heap it keeps, read after every round, a full
+ * collection and 2 s at rest, over the bare app's. (Read right after the load, RSS measured when the
+ * collector last ran more than what the app keeps: +/-15 MiB from one run to the next; read once
+ * after all rounds, still tens of MiB between contenders that keep nothing.) Below each table,
+ * ours-redis over every other contender in the same round (the guard that asks nobody, each peer, a
+ * baseline build): the median of these is the verdict on a ratio target.
  *
  * BASELINE=<commit> adds 'ours-redis@<commit>': the same contender as 'ours-redis' on the library as
  * that commit built it (in a temporary git worktree, removed at the end), in the same rounds, so a
  * change to the library is judged against its parent on the same machine at the same time; below
- * each table, ours-redis over it, round by round.
+ * each table, ours-redis over it, round by round, with the others.
  *
  *   npm run bench:http          (QUICK=1: one round of 2 s each; BENCH_ROUNDS, BENCH_SECONDS)
  *   BASELINE=f0e3ba6 npm run bench:http
@@ -85,6 +88,9 @@ interface Result {
   p99Ms: number;
   appCpuUs: number;
   redisCpuUs: number;
+  /** Resident memory and V8 heap after the round, a full collection and RSS_AT_REST_MS at rest (MiB). */
+  rss: number;
+  heap: number;
   statuses: string;
 }
 
@@ -146,7 +152,7 @@ function processCpuUs(pid: number): number {
 async function startContender(
   contender: string,
   env: Record<string, string>,
-): Promise<{ url: string; pid: number; stop(): Promise<void> }> {
+): Promise<{ url: string; pid: number; heapMiB(): number; stop(): Promise<void> }> {
   // Built by tsc (npm run bench:http does): under tsx, the peers' CommonJS builds would load a
   // second copy of @nestjs/core, whose Reflector Nest cannot inject.
   // --expose-gc: the contender collects on SIGUSR2, before its memory is read.
@@ -157,19 +163,26 @@ async function startContender(
     env: { ...process.env, ...env, CONTENDER: contender },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
+  let output = '';
+  // The heap the app keeps, as it printed it after its last full collection (SIGUSR2).
+  let heapBytes = NaN;
   const port = await new Promise<number>((resolve, reject) => {
-    let output = '';
     child.stdout!.on('data', (chunk: Buffer) => {
       output += chunk.toString();
-      const match = /listening (\d+)/.exec(output);
-      if (match) resolve(Number(match[1]));
+      const lines = output.split('\n');
+      output = lines.pop()!;
+      for (const line of lines) {
+        const [word, value] = line.split(' ');
+        if (word === 'listening') resolve(Number(value));
+        if (word === 'heap') heapBytes = Number(value);
+      }
     });
     child.once('exit', (code) => reject(new Error(`${contender} exited with ${code}:\n${output}`)));
   });
-  child.stdout!.resume();
   return {
     url: `http://127.0.0.1:${port}/ping`,
     pid: child.pid!,
+    heapMiB: () => heapBytes / 1024 / 1024,
     stop: () =>
       new Promise<void>((resolve) => {
         child.once('exit', () => resolve());
@@ -214,15 +227,19 @@ async function measure(app: App, stats: Redis): Promise<Result> {
     p99Ms: result.latency.p99,
     appCpuUs: appCpu / total,
     redisCpuUs: redisCpu / total,
+    rss: NaN,
+    heap: NaN,
     statuses,
   };
 }
 
-/** Each app's resident memory after a full collection and RSS_AT_REST_MS at rest (MiB). */
-async function restingRss(apps: ReadonlyMap<string, App>): Promise<Map<string, number>> {
+/** Each app's resident memory and V8 heap after a full collection and RSS_AT_REST_MS at rest (MiB). */
+async function restingMemory(apps: ReadonlyMap<string, App>): Promise<Map<string, { rss: number; heap: number }>> {
   for (const app of apps.values()) process.kill(app.pid, 'SIGUSR2');
   await new Promise((resolve) => setTimeout(resolve, RSS_AT_REST_MS));
-  return new Map([...apps].map(([contender, app]) => [contender, processRssMiB(app.pid)]));
+  return new Map(
+    [...apps].map(([contender, app]) => [contender, { rss: processRssMiB(app.pid), heap: app.heapMiB() }]),
+  );
 }
 
 function median(values: number[]): number {
@@ -242,7 +259,6 @@ async function run(
   const ratios = new Map<string, number[]>();
   await stats.flushall();
   const apps = new Map<string, App>();
-  let rss: Map<string, number>;
   try {
     for (const contender of contenders)
       apps.set(contender, await startApp(contender, limitOf(contender), redisUrl, baseline));
@@ -252,45 +268,50 @@ async function run(
       const order = round % 2 === 0 ? contenders : [...contenders].reverse();
       const ofRound = new Map<string, Result>();
       for (const contender of order) ofRound.set(contender, await measure(apps.get(contender)!, stats));
+      // Read after every round, not once: one reading caught the collector's and the allocator's
+      // state of that moment (tens of MiB between contenders that keep nothing); the median of the
+      // rounds' readings is what an app keeps.
+      const memory = await restingMemory(apps);
       const bare = ofRound.get('bare')!;
       for (const [contender, result] of ofRound) {
+        Object.assign(result, memory.get(contender));
         results.set(contender, [...(results.get(contender) ?? []), result]);
         ratios.set(contender, [...(ratios.get(contender) ?? []), result.perSecond / bare.perSecond]);
       }
     }
-    rss = await restingRss(apps);
   } finally {
     await Promise.all([...apps.values()].map((app) => app.stop()));
   }
-  const bareCpu = median(results.get('bare')!.map((r) => r.appCpuUs));
-  const bareRss = rss.get('bare')!;
+  const medianOf = (contender: string, field: keyof Omit<Result, 'statuses'>) =>
+    median(results.get(contender)!.map((r) => r[field]));
+  const overBare = (contender: string, field: 'appCpuUs' | 'rss' | 'heap', digits: number) =>
+    contender === 'bare'
+      ? `(${medianOf('bare', field).toFixed(0)} in all)`
+      : `+${(medianOf(contender, field) - medianOf('bare', field)).toFixed(digits)}`;
   const rows = [
     `### ${title}`,
     '',
-    '| contender | req/s | x bare | p99 ms | app µs/request over bare | Redis µs/request | RSS MiB over bare | responses (last round) |',
-    '|---|---|---|---|---|---|---|---|',
+    '| contender | req/s | x bare | p99 ms | app µs/request over bare | Redis µs/request | RSS MiB over bare | heap MiB over bare | responses (last round) |',
+    '|---|---|---|---|---|---|---|---|---|',
   ];
   for (const contender of contenders) {
     const all = results.get(contender)!;
-    const cpu = median(all.map((r) => r.appCpuUs));
     rows.push(
-      `| ${NAMES[contender]} | ${Math.round(median(all.map((r) => r.perSecond)))} | ` +
-        `${median(ratios.get(contender)!).toFixed(2)} | ${median(all.map((r) => r.p99Ms))} | ` +
-        `${contender === 'bare' ? `(${cpu.toFixed(0)} in all)` : `+${(cpu - bareCpu).toFixed(0)}`} | ` +
-        `${median(all.map((r) => r.redisCpuUs)).toFixed(1)} | ` +
-        `${contender === 'bare' ? `(${bareRss.toFixed(0)} in all)` : `+${(rss.get(contender)! - bareRss).toFixed(1)}`} | ` +
-        `${all.at(-1)!.statuses} |`,
+      `| ${NAMES[contender]} | ${Math.round(medianOf(contender, 'perSecond'))} | ` +
+        `${median(ratios.get(contender)!).toFixed(2)} | ${medianOf(contender, 'p99Ms')} | ` +
+        `${overBare(contender, 'appCpuUs', 0)} | ${medianOf(contender, 'redisCpuUs').toFixed(1)} | ` +
+        `${overBare(contender, 'rss', 1)} | ${overBare(contender, 'heap', 1)} | ${all.at(-1)!.statuses} |`,
     );
   }
-  if (BASELINE) {
-    // Per round, the two builds shared the machine's state; the median of their ratio is the verdict.
-    const ours = ratios.get('ours-redis')!;
-    const over = ratios.get(BASELINE_CONTENDER)!.map((theirs, round) => ours[round] / theirs);
-    rows.push(
-      '',
-      `ours-redis over ours-redis@${BASELINE}, same round: median ${median(over).toFixed(3)} ` +
-        `(rounds: ${over.map((r) => r.toFixed(3)).join(', ')})`,
-    );
+  // Per round, the contenders shared the machine's state of that minute: the median of ours over
+  // each other contender in the same round is the verdict (a baseline build, the guard that asks
+  // nobody, a peer), steadier than comparing the medians of two columns.
+  const ours = ratios.get('ours-redis');
+  const others = contenders.filter((c) => c !== 'bare' && c !== 'ours-redis' && c !== 'floor');
+  if (ours && others.length > 0) rows.push('', 'ours-redis over each, same round: median (rounds)', '');
+  for (const other of ours ? others : []) {
+    const over = ratios.get(other)!.map((theirs, round) => ours![round] / theirs);
+    rows.push(`- ${other}: ${median(over).toFixed(3)} (${over.map((r) => r.toFixed(3)).join(', ')})`);
   }
   console.log(rows.join('\n'), '\n');
 }

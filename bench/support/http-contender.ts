@@ -196,7 +196,11 @@ class BenchModule {}
 const app = await NestFactory.create(appModule(), { logger: ['error'] });
 await app.listen(0, '127.0.0.1');
 const address = app.getHttpServer().address() as { port: number };
-// bench/http.ts reads this process's memory after a full collection (it runs node with --expose-gc).
-process.on('SIGUSR2', () => (globalThis as { gc?: () => void }).gc?.());
+// bench/http.ts reads this process's memory after a full collection (it runs node with --expose-gc):
+// its RSS from /proc, and the V8 heap it keeps, printed here.
+process.on('SIGUSR2', () => {
+  (globalThis as { gc?: () => void }).gc?.();
+  console.log(`heap ${process.memoryUsage().heapUsed}`);
+});
 console.log(`listening ${address.port}`);
 process.on('SIGTERM', () => void app.close().then(() => process.exit(0)));
