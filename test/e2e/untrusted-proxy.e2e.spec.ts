@@ -1,7 +1,10 @@
 import { Controller, Get, type INestApplication } from '@nestjs/common';
-import { RateLimit } from 'nest-rate-limit';
+import type { NestExpressApplication } from '@nestjs/platform-express';
+import { Test } from '@nestjs/testing';
+import type { Request } from 'express';
+import { RateLimit, RateLimitModule } from 'nest-rate-limit';
 import request from 'supertest';
-import { afterEach, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { LogCapture } from '../support/log-capture.js';
 import { describePlatforms } from '../support/matrix.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
@@ -76,5 +79,30 @@ describePlatforms('requests through a proxy the app does not trust', (platform) 
     const direct = await start(false);
     expect(await statuses(app!, '/limited', 20)).toEqual([200, 200, 200, ...Array.from({ length: 17 }, () => 429)]);
     expect(direct.at('warn', PROXY_WARNING)).toEqual([]);
+  });
+});
+
+describe('an address the app gives its requests itself (Express)', () => {
+  let app: INestApplication | undefined;
+  afterEach(async () => {
+    await app?.close();
+    app = undefined;
+  });
+
+  it("is the one counted: a middleware's own `ip` on the request, whatever 'trust proxy' says", async () => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [RateLimitModule.forRoot({ keyPrefix: uniquePrefix() })],
+      controllers: [ProxiedController],
+    }).compile();
+    app = moduleRef.createNestApplication<NestExpressApplication>({ logger: false });
+    // As an app behind a CDN does: the client's address from a header only its edge sets.
+    app.use((req: Request, _res: unknown, next: () => void) => {
+      Object.defineProperty(req, 'ip', { value: req.headers['x-edge-client'] });
+      next();
+    });
+    await app.init();
+    expect(await statuses(app, '/limited', 4, { 'X-Edge-Client': '203.0.113.1' })).toEqual([200, 200, 200, 429]);
+    // Another client behind the same edge, on the same connection address: its own bucket.
+    expect(await statuses(app, '/limited', 1, { 'X-Edge-Client': '203.0.113.2' })).toEqual([200]);
   });
 });

@@ -28,6 +28,7 @@ import {
   ContextRequest,
   UntrustedProxyCheck,
   answerHalfClosedClients,
+  headersSent,
   invocationOf,
   transportOf,
 } from '../transports/limited-context.js';
@@ -221,8 +222,14 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
       const headers = reported.fallback
         ? ['Retry-After', String(retryAfterSeconds(reported))]
         : rateLimitHeaders(outcome, this.options.headers);
+      // Express's response is Node's: set there, past the adapter's and Express's `set` (about 0.4 µs
+      // a header); a Fastify reply has no `setHeader`.
+      const node = (response as Partial<ServerResponse>).setHeader ? (response as ServerResponse) : undefined;
       const { httpAdapter } = this.adapterHost;
-      for (let i = 0; i < headers.length; i += 2) httpAdapter.setHeader(response, headers[i], headers[i + 1]);
+      for (let i = 0; i < headers.length; i += 2) {
+        if (node) node.setHeader(headers[i], headers[i + 1]);
+        else httpAdapter.setHeader(response, headers[i], headers[i + 1]);
+      }
     }
     if (outcome.allowed) {
       if (outcome.conditional.length > 0) settleWhenResponseEnds(outcome, response, this.limiter);
@@ -283,11 +290,3 @@ interface HandlerRules {
 
 /** What the guard answers a request it admits without deciding anything: one promise for all of them. */
 const ADMITTED = Promise.resolve(true);
-
-/**
- * Whether an Express response (a Node response, read first: a miss on `raw` walks its long
- * prototype chain) or a Fastify reply (wrapping one as `raw`) has gone out.
- */
-function headersSent(response: object): boolean {
-  return (response as ServerResponse).headersSent ?? (response as { raw?: ServerResponse }).raw?.headersSent ?? false;
-}

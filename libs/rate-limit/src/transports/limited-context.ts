@@ -1,4 +1,5 @@
 import { type ExecutionContext, Logger } from '@nestjs/common';
+import type { ServerResponse } from 'node:http';
 import type { LimitedRequest } from '../limiter/limited-request.js';
 
 /**
@@ -22,6 +23,8 @@ interface Addressed {
   socket?: ClientConnection;
   /** Fastify's request, inside a GraphQL context. */
   raw?: { socket?: ClientConnection };
+  /** Express's app: its settings. */
+  app?: { settings?: { 'trust proxy'?: unknown } };
 }
 
 /** A WebSocket client: socket.io's (`handshake`, `conn`) or `ws`'s (`_socket`). */
@@ -72,6 +75,17 @@ export function clientOf(context: ExecutionContext): { address: string | undefin
   return { address: request.ip ?? socket.remoteAddress, gone: connectionEnded(socket) };
 }
 
+/** The client's address, as `clientOf` reads it. */
+function addressOf(context: ExecutionContext): string | undefined {
+  const request = context.getType<string>() === 'http' ? (context.getArgByIndex<object>(0) as Addressed) : undefined;
+  // Express derives `ip` anew on each read, through proxy-addr (about 1 µs); trusting no proxy (its
+  // default setting, `false`), that is the connection's address. An `ip` of the request's own is kept.
+  if (request?.app?.settings?.['trust proxy'] === false && request.socket && !Object.hasOwn(request, 'ip')) {
+    return request.socket.remoteAddress ?? request.ip;
+  }
+  return clientOf(context).address;
+}
+
 /**
  * The client's `User-Agent`: of the HTTP request (a GraphQL operation's too), or of the handshake
  * of a socket.io client; undefined otherwise (a `ws` client keeps no headers).
@@ -119,6 +133,14 @@ export function answerHalfClosedClients(server: unknown): void {
 }
 
 /**
+ * Whether an Express response (a Node response, read first: a miss on `raw` walks its long
+ * prototype chain) or a Fastify reply (wrapping one as `raw`) has gone out.
+ */
+export function headersSent(response: object): boolean {
+  return (response as ServerResponse).headersSent ?? (response as { raw?: ServerResponse }).raw?.headersSent ?? false;
+}
+
+/**
  * What one guard invocation is known by, so a guard registered twice (globally and with
  * `@UseGuards`) decides once: the HTTP request; for a GraphQL field or a WebSocket message, the
  * arguments array Nest hands every guard of that one call.
@@ -138,7 +160,7 @@ export class ContextRequest implements LimitedRequest {
   constructor(readonly context: ExecutionContext) {}
 
   get address(): string | undefined {
-    return (this.client ??= clientOf(this.context)).address;
+    return (this.client ??= { address: addressOf(this.context) }).address;
   }
 
   gone(): boolean {
