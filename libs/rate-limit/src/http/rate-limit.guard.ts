@@ -166,10 +166,14 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
     if (earlier) return Promise.resolve(earlier.allowed);
     if (transport !== 'ws') this.untrustedProxy.check(context);
     return this.limiter.check(rules, new ContextRequest(context)).then((decided) => {
-      invocation[part] = decided;
       const before = part === AFTER_GUARDS ? invocation[OUTCOME] : undefined;
       const outcome = before ? bothParts(before, decided) : decided;
-      invocation[OUTCOME] = outcome;
+      // Kept for what runs after this guard; a refused request goes no further (Nest stops at a
+      // guard's error), and a property added to Node's request costs ~3 µs in an app under attack.
+      if (outcome.allowed) {
+        invocation[part] = decided;
+        invocation[OUTCOME] = outcome;
+      }
       if (transport === 'http') return this.answerHttp(outcome, context, eventStream);
       return this.answerOther(outcome, context, transport);
     });
