@@ -11,7 +11,9 @@
  * - admitting: `GET /ping` with a limit far above the load, so every request pays the whole path;
  * - attack: one client over a limit of 5 a minute, so nearly every request is a 429, against the
  *   bare app serving 200s: there the refusal path itself is the budget, and a guard that refuses
- *   every request without asking anyone shows what Nest's own 429 path costs.
+ *   every request without asking anyone shows what Nest's own 429 path costs. Ours also runs with
+ *   `headers: false`, as the peers answer a refusal with `Retry-After` alone and ours with three
+ *   `RateLimit-*` headers beside it by default.
  *
  * Each section starts every contender's app once, warms each up, and keeps them all up through its
  * rounds: a round loads each app in turn for a few seconds, in alternating order, so each round's
@@ -110,7 +112,17 @@ const ADMITTING = withBaseline([
   'rlf',
   'throttler',
 ]);
-const ATTACK = withBaseline(['bare', 'refuse', 'floor', 'ours-memory', 'ours-redis', 'rlf', 'rlf-block', 'throttler']);
+const ATTACK = withBaseline([
+  'bare',
+  'refuse',
+  'floor',
+  'ours-memory',
+  'ours-redis',
+  'ours-redis-no-headers',
+  'rlf',
+  'rlf-block',
+  'throttler',
+]);
 
 const NAMES: Record<string, string> = {
   bare: 'bare app (no limiter)',
