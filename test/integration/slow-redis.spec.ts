@@ -74,8 +74,15 @@ interface Figures {
 /** One admitted request: the start of its window as Redis named it, or when the fallback decided it. */
 type Admission = { windowStart: number } | { fallbackAt: number };
 
-/** What Redis answered the request running in this context (its receipts); unset if nothing was asked of it. */
-const answered = new AsyncLocalStorage<{ consumption?: RateLimitConsumption }>();
+/**
+ * The request running in this context: what Redis answered it (its receipts; unset if nothing was
+ * asked of it), and who to tell when Redis answers, on time or late.
+ */
+interface AskedRequest {
+  consumption?: RateLimitConsumption;
+  heard(): void;
+}
+const answered = new AsyncLocalStorage<AskedRequest>();
 
 /** The tightest rule's window of an admitted request, from what Redis answered it. */
 function admissionOf(
@@ -134,7 +141,10 @@ async function slowMinute(stallMs: number): Promise<Map<string, Figures>> {
       store.consume = (hits, now) => {
         const request = answered.getStore();
         return consume(hits, now).then((consumption) => {
-          if (request) request.consumption = consumption;
+          if (request) {
+            request.consumption = consumption;
+            request.heard();
+          }
           return consumption;
         });
       };
@@ -149,9 +159,8 @@ async function slowMinute(stallMs: number): Promise<Map<string, Figures>> {
     );
     const latencies = new Map([...sets.keys()].map((name): [string, number[]] => [name, []]));
     const burstTimes = Array.from({ length: SECONDS }, (): number[] => []);
-    const answeredOnTime = new Map(
-      [...sets.keys()].map((name) => [name, Array.from({ length: SECONDS }, () => Infinity)]),
-    );
+    // Per second, when Redis first answered one of its identity's requests, on time or late.
+    const firstHeard = new Map([...sets.keys()].map((name) => [name, Array.from({ length: SECONDS }, () => Infinity)]));
     const start = performance.now();
     const bursts: Promise<void>[] = [];
     for (let second = 0; second < SECONDS; second += 1) {
@@ -168,16 +177,15 @@ async function slowMinute(stallMs: number): Promise<Map<string, Figures>> {
                   Array.from({ length: BURST }, async (_, i) => {
                     // A burst arrives as a server reads it, some requests per turn of the event loop.
                     for (let turn = Math.floor(i / PER_TURN); turn > 0; turn -= 1) await nextTurn();
-                    const request: { consumption?: RateLimitConsumption } = {};
+                    const heard = firstHeard.get(name)!;
+                    const request: AskedRequest = {
+                      heard: () => (heard[second] = Math.min(heard[second], performance.now())),
+                    };
                     const sent = performance.now();
                     return answered
                       .run(request, () => instances[i % INSTANCES].limiter.consume(rules, identity))
                       .then((outcome) => {
                         latencies.get(name)!.push(performance.now() - sent);
-                        if (request.consumption) {
-                          const times = answeredOnTime.get(name)!;
-                          times[second] = Math.min(times[second], burstAt);
-                        }
                         if (outcome.allowed) {
                           admissions.get(name)![second].push(admissionOf(outcome, rules[0].name, request.consumption));
                         }
@@ -199,12 +207,8 @@ async function slowMinute(stallMs: number): Promise<Map<string, Figures>> {
           name,
           {
             perSecond: seconds.map((each) => each.length),
-            metRedis: burstTimes.map((times, second) => {
-              const last = Math.max(...times);
-              // Late answers reach the app soon after the stall ends (a busy loop reads them late); the last burst came well after.
-              const lateAnswer = staller.ends.some((end) => end > Math.min(...times) && end + 100 < last);
-              return lateAnswer || answeredOnTime.get(name)![second] < last;
-            }),
+            // Redis's answer (its late answer settles what the fallback decided) came before the last burst.
+            metRedis: burstTimes.map((times, second) => firstHeard.get(name)![second] < Math.max(...times)),
             windows: windows.flat(),
             split: windows.filter((each) => each.length > 1).length,
             stalls: staller.ends.length,
@@ -268,19 +272,23 @@ describe('A Redis slower than the deadline: stalls of 150 ms and 500 ms for a mi
    * had the whole limit on time just before the stall, and 1.2x of 5 on three instances leaves no
    * whole unit to each.
    *
-   * A stall's end between two bursts is how this test tells that a second heard from Redis, and
-   * it is not always so: with stalls back to back, Redis at times starts the next stall before the
-   * calls it held through the last one (it runs them once the clients it held are read again), and
-   * they wait a second stall. So most, not all, of those seconds admit their share; all of them
-   * together, nearly their limit's worth.
+   * A second heard from Redis when an answer to one of its requests, on time or late, reached the
+   * app before the second's last burst: seen, not inferred. (Inferred from a stall's end between
+   * two bursts, it was wrong whenever Redis started the next stall before the calls it had held,
+   * which then waited a second stall: on a slower day, a quarter of those seconds.) Still most, not
+   * all, of them admit their share: a burst's requests spread over three instances, and the units
+   * Redis admitted late are banked on the instances that asked; all of them together admit nearly
+   * their limit's worth.
    */
   it('keeps admitting about the limit in the seconds that heard from Redis', () => {
     for (const [name, { perSecond, metRedis, stalls }] of results) {
       // The stalls ran all along (a stall of 500 ms every 0.5 s or so leaves Redis a few ms between).
       expect(stalls, name).toBeGreaterThan(stallsExpected(name));
       const met = perSecond.filter((_, second) => metRedis[second]);
-      // Most seconds did (with stalls of 150 ms, nearly all).
-      expect(met.length, name).toBeGreaterThanOrEqual(name.startsWith('150') ? SECONDS - 3 : SECONDS / 2);
+      // Enough seconds did for what follows to say something: with stalls of 150 ms nearly all (56-58
+      // of 60: in the others the bursts came close together); with stalls of 500 ms back to back,
+      // about a quarter (13-20: in the others the last burst came before Redis's late answer).
+      expect(met.length, name).toBeGreaterThanOrEqual(name.startsWith('150') ? SECONDS - 6 : SECONDS / 6);
       // Most of them admitted at least one instance's share of 1.2x, and together they
       // admitted nearly their limit's worth.
       const share = Math.floor((LIMIT * 1.2) / INSTANCES);
