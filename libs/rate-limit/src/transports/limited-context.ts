@@ -72,18 +72,19 @@ export function clientOf(context: ExecutionContext): { address: string | undefin
   if (!request) return { address: undefined, gone: false };
   const socket = request.socket ?? request.raw?.socket;
   if (!socket) return { address: request.ip, gone: true };
-  return { address: request.ip ?? socket.remoteAddress, gone: connectionEnded(socket) };
+  return { address: addressOf(request, socket), gone: connectionEnded(socket) };
 }
 
-/** The client's address, as `clientOf` reads it. */
-function addressOf(context: ExecutionContext): string | undefined {
-  const request = context.getType<string>() === 'http' ? (context.getArgByIndex<object>(0) as Addressed) : undefined;
-  // Express derives `ip` anew on each read, through proxy-addr (about 1 µs); trusting no proxy (its
-  // default setting, `false`), that is the connection's address. An `ip` of the request's own is kept.
-  if (request?.app?.settings?.['trust proxy'] === false && request.socket && !Object.hasOwn(request, 'ip')) {
-    return request.socket.remoteAddress ?? request.ip;
+/**
+ * The address of a request with a connection: its `ip`, which Express derives anew on each read
+ * through proxy-addr (about 1 µs); while the app trusts no proxy (Express's default setting,
+ * `false`) that is the connection's address, read as such. An `ip` of the request's own is kept.
+ */
+function addressOf(request: Addressed, socket: ClientConnection): string | undefined {
+  if (request.app?.settings?.['trust proxy'] === false && !Object.hasOwn(request, 'ip')) {
+    return socket.remoteAddress ?? request.ip;
   }
-  return clientOf(context).address;
+  return request.ip ?? socket.remoteAddress;
 }
 
 /**
@@ -160,7 +161,7 @@ export class ContextRequest implements LimitedRequest {
   constructor(readonly context: ExecutionContext) {}
 
   get address(): string | undefined {
-    return (this.client ??= { address: addressOf(this.context) }).address;
+    return (this.client ??= clientOf(this.context)).address;
   }
 
   gone(): boolean {
