@@ -51,21 +51,41 @@ describe('the calls of one turn of the event loop go to Redis in writes of at mo
     await server?.stop();
   });
 
-  it('writes 100 concurrent decisions in 13 writes (12 of 8, one of 4), each decided and counted', async () => {
+  it('writes 100 concurrent decisions in 13 writes of at most 8 after the first, each decided and counted', async () => {
     const prefix = uniquePrefix();
     const socket = (service.client as Redis).stream as Socket;
     for (let round = 0; round < 3; round += 1) {
       const keys = Array.from({ length: 100 }, (_, i) => `${prefix}:{id${i}}:r${round}:fw`);
+      // A lone call before, as the warm-up's and each round's last: the first of the burst looks lone too.
+      await store.consume([hit(`${prefix}:{lone}:r${round}:fw`, { limit: 10, windowMs: 60_000 })]);
       let consumptions: Awaited<ReturnType<RateLimitStore['consume']>>[] = [];
       const writes = await writesDuring(socket, async () => {
         consumptions = await Promise.all(keys.map((key) => store.consume([hit(key, { limit: 10, windowMs: 60_000 })])));
       });
-      // Sent one by one they would take 100; all in one, Redis would wait for the last to start.
-      expect(writes).toBe(13);
+      // Sent one by one they would take 100; all in one, Redis would wait for the last to start. The
+      // first goes alone (none was in flight, and the call before went alone), then 12 of 8 and one of 3.
+      expect(writes).toBe(14);
       expect(consumptions.every((consumption) => consumption.allowed && consumption.decisions[0].remaining === 9)).toBe(
         true,
       );
       expect(await redis.mget(keys)).toEqual(keys.map(() => '1'));
     }
+  });
+
+  it('writes a lone call at once, not at the end of the turn, and one per call while each waits for its answer', async () => {
+    const prefix = uniquePrefix();
+    const socket = (service.client as Redis).stream as Socket;
+    const lone = () => store.consume([hit(`${prefix}:{lone}:fw`, { limit: 100, windowMs: 60_000 })]);
+    // The turn of the call before decides: the last test's burst held many, this call one.
+    await lone();
+    const writes = await writesDuring(socket, async () => {
+      for (let i = 0; i < 20; i += 1) {
+        const call = lone();
+        // Written before this turn ends: a held call would be in the socket, corked until then.
+        expect({ call: i, corked: socket.writableCorked }).toEqual({ call: i, corked: 0 });
+        expect((await call).decisions[0].remaining).toBe(98 - i);
+      }
+    });
+    expect(writes).toBe(20);
   });
 });

@@ -15,11 +15,10 @@ import { RedisTimeoutError } from './redis-timeout.js';
 export { RedisTimeoutError } from './redis-timeout.js';
 
 /*
- * What keeps a request's call to Redis from hanging the request or piling onto a failing server:
- * a deadline per call, on one timer for all of them (`CallDeadlines`), and the circuit breaker
- * that stops calling while Redis fails (`RedisCircuitBreaker`). `ScriptRunner` puts every
- * request's call through both. (A single call off the request path has a deadline of its own:
- * `withDeadline`, in `redis-timeout.ts`.)
+ * What keeps a request's call to Redis from hanging the request or piling onto a failing server: a
+ * deadline per call, on one timer for all (`CallDeadlines`), and the circuit breaker that stops
+ * calling while Redis fails (`RedisCircuitBreaker`); `ScriptRunner` puts every request's call
+ * through both. (A call off the request path has a deadline of its own: `withDeadline`.)
  */
 
 interface Deadline {
@@ -43,9 +42,8 @@ export interface CallOutcomes {
 const COMPACT_AFTER = 1_024;
 
 /**
- * The deadlines of Redis calls that share one timeout, on one timer: a call costs a queue entry,
- * not a timer of its own (set and cleared on every call, those were a measurable share of a
- * decision). All calls have the same timeout, so deadlines fall due in the order calls were made.
+ * The deadlines of Redis calls that share one timeout, on one timer: a call costs a queue entry, not
+ * a timer of its own (a measurable share of a decision). Deadlines fall due in the calls' order.
  *
  * A call past its deadline rejects with `RedisTimeoutError` as Redis sees it, not as a stalled
  * event loop sees it. Timers run before I/O in each turn of the event loop, so after a long
@@ -63,6 +61,11 @@ export class CallDeadlines {
   private unsent: Deadline[] = [];
 
   constructor(private readonly timeoutMs: number) {}
+
+  /** No call is in flight. */
+  get idle(): boolean {
+    return this.head === this.queue.length;
+  }
 
   /**
    * `promise`, or a `RedisTimeoutError` naming `what` if it has not settled in time; `outcomes` is
@@ -95,11 +98,9 @@ export class CallDeadlines {
   }
 
   /**
-   * Marks a call settled, and drops the settled calls at the queue's front: replies come in the
-   * order calls were made, so the queue holds the calls in flight. (Kept until the timer, settled
-   * entries were copied by every young-generation collection: p99 several times the bare script's.)
-   * Each is let go as the head passes it: kept in the array until its next compaction, an entry
-   * held its call and the call's answer through collections that moved them to the old generation.
+   * Marks a call settled, and lets go of the settled calls at the queue's front (replies come in
+   * order, so the queue holds the calls in flight): kept longer, entries held calls and answers
+   * through young-generation collections, which copied them (p99 several times the floor's).
    */
   private settle(deadline: Deadline): void {
     deadline.settled = true;

@@ -30,9 +30,8 @@ export class ScriptRunner {
   /** How calls past their deadline end (they tell the breaker how each ended, once judged). */
   private readonly late: LateAnswers;
   /**
-   * How each request's call ended, told in the step that settles it. This runs on every call: an
-   * answer on time is a success for the breaker, and says Redis is up again if it seemed down; a
-   * failure goes to `LateAnswers`, which judges a call past its deadline when its answer comes.
+   * How each request's call ended, told as it settles: an answer on time is a success for the
+   * breaker, and says Redis is up again if it seemed down; a failure goes to `LateAnswers`.
    */
   private readonly ended: CallOutcomes = {
     succeeded: () => {
@@ -70,14 +69,14 @@ export class ScriptRunner {
   run(script: RedisScript, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {
     // A variant built on first use (`ScriptsByAlgorithms`) is loaded on reconnects from now on.
     if (!this.scripts.has(script)) this.register(script);
-    const { breaker } = this;
+    const { breaker, deadlines } = this;
     if (breaker && !breaker.closed) {
       return breaker.execute(() =>
-        this.deadlines.track(script.run(this.client, keys, args), script.name, undefined, this.batches.hold()),
+        deadlines.track(script.run(this.client, keys, args), script.name, undefined, this.batches.hold(deadlines.idle)),
       );
     }
-    const held = this.batches.hold();
-    return this.deadlines.track(script.run(this.client, keys, args), script.name, this.ended, held);
+    const held = this.batches.hold(deadlines.idle);
+    return deadlines.track(script.run(this.client, keys, args), script.name, this.ended, held);
   }
 
   /**
@@ -209,10 +208,9 @@ export class ScriptsByAlgorithms {
 }
 
 /**
- * Commands in one write at most: Redis starts on them while the app makes the rest. A whole turn
- * in one write left Redis idle while the app decided the replies of the last batch, and the app
- * idle while Redis ran the next (0.6x the one-EVALSHA floor's decisions per second at 16 in flight,
- * 1.6x with 8); one write per command paid a system call each. 8 measured best of 4, 8 and 16.
+ * Commands in one write at most: Redis starts on them while the app makes the rest. A whole turn in
+ * one write left Redis and the app idle in turn (0.6x the one-EVALSHA floor's decisions per second
+ * at 16 in flight, 1.6x with 8); one per command paid a system call each. 8 was best of 4, 8, 16.
  */
 const MAX_HELD = 8;
 
@@ -227,13 +225,18 @@ const MAX_HELD = 8;
  * nothing but the rest of its own turn, and its deadline starts when it goes out
  * (`CallDeadlines.sent`): a turn stalled by the app's own work before the write must not look like
  * a slow Redis. Commands of an application-supplied client made meanwhile go in the same write, in
- * their order. On Cluster the masters' sockets are corked together.
+ * their order. On Cluster the masters' sockets are corked together. A lone call (none in flight,
+ * and the last batch held one) is not held: a caller that waits for each answer gained nothing from
+ * the cork and paid for it (5 µs of a decision's CPU; releasing it after its microtasks saved none).
  */
 export class WriteBatches {
   private corked: Writable[] | undefined;
   private held = 0;
   /** A release at the end of this turn is due (`setImmediate`). */
   private releaseDue = false;
+  /** Commands held this turn, and in the last turn that held any. */
+  private heldThisTurn = 0;
+  private heldLastTurn = 1;
 
   /** @param sent told each time held commands have gone out. */
   constructor(
@@ -243,9 +246,12 @@ export class WriteBatches {
 
   /**
    * Call before a command is made: it goes out with the rest of this turn's. Returns whether it is
-   * held (false while not connected: it fails or goes at once).
+   * held (false for a lone call, and while not connected: it fails or goes at once).
+   * @param idle no other call is in flight
    */
-  hold(): boolean {
+  hold(idle: boolean): boolean {
+    if (idle && this.heldLastTurn === 1) return false;
+    this.heldThisTurn += 1;
     if (this.corked) {
       if (this.held < MAX_HELD) {
         this.held += 1;
@@ -270,6 +276,8 @@ export class WriteBatches {
 
   private readonly releaseAtTurnEnd = (): void => {
     this.releaseDue = false;
+    this.heldLastTurn = this.heldThisTurn;
+    this.heldThisTurn = 0;
     this.release();
   };
 
