@@ -30,10 +30,10 @@ import type { RateLimitAlgorithmName } from 'nest-rate-limit/store';
 import { rateLimitMetrics } from 'nest-rate-limit/ops';
 import { ALGORITHM_NAMES, ruleKeyId } from 'nest-rate-limit/store';
 import { startRedisServer } from '../test/support/redis-server.js';
-import { redisCpuUs } from './support/redis-cpu.js';
 import { REDIS_MEMORY_ARGS, redisBytesPerKey } from './support/redis-memory.js';
 import { createStore, hit } from '../test/support/store-module.js';
 import { createGuardPath } from './support/guard-path.js';
+import { type Decide, type DecisionsMeasured, measureDecisions } from './support/measure-decisions.js';
 
 const QUICK = process.env.QUICK === '1';
 const IN_FLIGHT = [1, 16, 128] as const;
@@ -51,44 +51,11 @@ local count = redis.call('INCR', KEYS[1])
 if count == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return count`;
 
-type Decide = (key: number) => Promise<unknown>;
+type Result = DecisionsMeasured;
 
-interface Result {
-  perSecond: number;
-  p99Ms: number;
-  nodeUs: number;
-  redisUs: number;
-}
-
-/** Runs `CALLS` decisions with `inFlight` outstanding at once, over `keys` keys in turn. */
-async function measure(client: Redis, decide: Decide, inFlight: number, keys: number): Promise<Result> {
-  const latencies: number[] = [];
-  let next = 0;
-  const redisBefore = await redisCpuUs(client);
-  const cpuBefore = process.cpuUsage();
-  const started = performance.now();
-  const deadline = started + MAX_MS;
-  const worker = async () => {
-    while (next < CALLS && performance.now() < deadline) {
-      const key = next % keys;
-      next += 1;
-      const at = performance.now();
-      await decide(key);
-      latencies.push(performance.now() - at);
-    }
-  };
-  await Promise.all(Array.from({ length: inFlight }, worker));
-  const elapsed = performance.now() - started;
-  const cpu = process.cpuUsage(cpuBefore);
-  const redisUs = (await redisCpuUs(client)) - redisBefore;
-  latencies.sort((a, b) => a - b);
-  const n = latencies.length;
-  return {
-    perSecond: (n / elapsed) * 1000,
-    p99Ms: latencies[Math.floor(n * 0.99)] ?? 0,
-    nodeUs: (cpu.user + cpu.system) / n,
-    redisUs: redisUs / n,
-  };
+/** Runs `CALLS` decisions with `inFlight` outstanding at once, over `keys` keys in turn (`MAX_MS` at most). */
+function measure(client: Redis, decide: Decide, inFlight: number, keys: number): Promise<Result> {
+  return measureDecisions(client, decide, { inFlight, keys, calls: CALLS, maxMs: MAX_MS });
 }
 
 function median(results: Result[]): Result {

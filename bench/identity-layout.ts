@@ -19,11 +19,13 @@
 import { Redis } from 'ioredis';
 import { startRedisServer } from '../test/support/redis-server.js';
 import { createStore, hit } from '../test/support/store-module.js';
-import { redisCpuUs } from './support/redis-cpu.js';
+import { measureDecisions } from './support/measure-decisions.js';
 import { REDIS_MEMORY_ARGS, redisBytesPerKey } from './support/redis-memory.js';
 
 const IDENTITIES = 10_000;
+/** Decisions per measurement, and a bound in time whichever comes first. */
 const CALLS = 60_000;
+const MAX_MS = 4_000;
 const IN_FLIGHT = 16;
 const ROUNDS = 3;
 /** Windows of the rules, in turn: a minute, an hour, a day, then again. */
@@ -100,21 +102,13 @@ async function main(): Promise<void> {
     },
   };
 
-  const measure = async (layout: Layout, rules: number) => {
-    let next = 0;
-    const cpuBefore = await redisCpuUs(client);
-    const started = performance.now();
-    const worker = async () => {
-      while (next < CALLS) {
-        const identity = next % IDENTITIES;
-        next += 1;
-        await layout(identity, rules);
-      }
-    };
-    await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
-    const seconds = (performance.now() - started) / 1000;
-    return { perSecond: CALLS / seconds, redisUs: ((await redisCpuUs(client)) - cpuBefore) / CALLS };
-  };
+  const measure = (layout: Layout, rules: number) =>
+    measureDecisions(client, (identity) => layout(identity, rules), {
+      inFlight: IN_FLIGHT,
+      keys: IDENTITIES,
+      calls: CALLS,
+      maxMs: MAX_MS,
+    });
 
   console.log(`### One identity's rules: ${IDENTITIES.toLocaleString('en')} identities, ${IN_FLIGHT} in flight\n`);
   console.log('| layout | rules | decisions/s | Redis µs/decision | Redis bytes per identity |');
