@@ -46,8 +46,45 @@ class ExportResolver {
   }
 }
 
+/** Holds a capped handler until the test opens it; `entered` resolves once one is in. */
+const capped = {
+  gate: Promise.resolve(),
+  open: () => undefined as void,
+  entered: Promise.resolve(),
+  enter: () => undefined as void,
+  close() {
+    this.gate = new Promise((resolve) => (this.open = resolve));
+    this.entered = new Promise((resolve) => (this.enter = resolve));
+  },
+  async run<T>(result: () => T): Promise<T> {
+    this.enter();
+    await this.gate;
+    return result();
+  },
+};
+
+@Resolver()
+class ReportResolver {
+  /** One report at a time per client. */
+  @Mutation(() => String)
+  @RateLimit({ concurrency: 1 })
+  report(@Args('fail', { type: () => Boolean }) fail: boolean) {
+    return capped.run(() => {
+      if (fail) throw new Error('report failed');
+      return 'reported';
+    });
+  }
+}
+
 @WebSocketGateway()
 class UploadGateway {
+  /** One scan at a time per client. */
+  @SubscribeMessage('scan')
+  @RateLimit({ concurrency: 1 })
+  scan(): Promise<string> {
+    return capped.run(() => 'scanned');
+  }
+
   @SubscribeMessage('guarded-upload')
   @UseGuards(MaintenanceGuard)
   @RateLimit({ count: 2, window: '1m', countOn: 'success' })
@@ -72,6 +109,7 @@ class UploadGateway {
 describeStores('countOn on GraphQL and WebSocket, settled by the handler', (store) => {
   let app: INestApplication | undefined;
   afterEach(async () => {
+    capped.open();
     closedForMaintenance = false;
     disconnectSockets();
     await app?.close();
@@ -85,7 +123,7 @@ describeStores('countOn on GraphQL and WebSocket, settled by the handler', (stor
         GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true }),
         RateLimitModule.forRoot({ redis: await store.redis(), keyPrefix: uniquePrefix() }),
       ],
-      providers: [AccountResolver, ExportResolver, UploadGateway],
+      providers: [AccountResolver, ExportResolver, ReportResolver, UploadGateway],
     }).compile();
     app = moduleRef.createNestApplication({ logger: false });
     await app.listen(0, '127.0.0.1');
@@ -141,6 +179,45 @@ describeStores('countOn on GraphQL and WebSocket, settled by the handler', (stor
     const answers: string[] = [];
     for (let i = 0; i < 3; i += 1) answers.push(await exportOnce(), await send('guarded-upload'));
     expect(answers).toEqual(['exported', 'stored', 'exported', 'stored', 'RATE_LIMITED', 'limited']);
+  });
+
+  it('a cap on a mutation and a message: a slot taken while it runs, given back however it ends', async () => {
+    await start();
+    const report = async (fail: boolean) => {
+      const { body } = await request(app!.getHttpServer())
+        .post('/graphql')
+        .send({ query: `mutation { report(fail: ${fail}) }` });
+      return (body.data?.report as string | undefined) ?? (body.errors[0].extensions.code as string);
+    };
+    const send = await connect();
+    const answers: string[] = [];
+    for (const fail of [false, true, true, false]) answers.push(await report(fail));
+    answers.push(await send('scan'), await send('scan'));
+    expect(answers).toEqual([
+      'reported',
+      'INTERNAL_SERVER_ERROR',
+      'INTERNAL_SERVER_ERROR',
+      'reported',
+      'scanned',
+      'scanned',
+    ]);
+    // One running: the next is refused until it ends.
+    capped.close();
+    const running = report(false);
+    await capped.entered;
+    expect(await report(false)).toBe('RATE_LIMITED');
+    capped.open();
+    expect(await running).toBe('reported');
+    expect(await report(false)).toBe('reported');
+    // A second client from the same address (one socket tells its answers apart only one at a time).
+    const other = await connect();
+    capped.close();
+    const scanning = send('scan');
+    await capped.entered;
+    expect(await other('scan')).toBe('limited');
+    capped.open();
+    expect(await scanning).toBe('scanned');
+    expect(await send('scan')).toBe('scanned');
   });
 
   it('a WebSocket message: its result counts, its error is refunded', async () => {

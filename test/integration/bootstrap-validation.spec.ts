@@ -74,6 +74,25 @@ describe('bad rule options fail at bootstrap, naming Controller.method and the f
   });
 
   it.each([
+    [{ concurrency: 0 }, 'concurrency', 'must be a whole number of requests in flight from 1 to 10000, got 0'],
+    [{ concurrency: -3 }, 'concurrency', 'must be a whole number of requests in flight from 1 to 10000, got -3'],
+    [{ concurrency: 2.5 }, 'concurrency', 'must be a whole number of requests in flight from 1 to 10000, got 2.5'],
+    [{ concurrency: 10_001 }, 'concurrency', 'must be a whole number of requests in flight from 1 to 10000, got 10001'],
+    [{ concurrency: '5' }, 'concurrency', 'must be a whole number of requests in flight from 1 to 10000, got "5"'],
+    [{ concurrency: 5, count: 5 }, 'count', "does not apply to a 'concurrency' cap"],
+    [{ concurrency: 5, window: '1s' }, 'window', "does not apply to a 'concurrency' cap"],
+    [{ concurrency: 5, algorithm: 'gcra' }, 'algorithm', "does not apply to a 'concurrency' cap"],
+    [{ concurrency: 5, blockFor: '1m' }, 'blockFor', "does not apply to a 'concurrency' cap"],
+    [{ concurrency: 5, lease: 2 }, 'lease', "does not apply to a 'concurrency' cap"],
+    [{ concurrency: 5, countOn: 'failure' }, 'countOn', "does not apply to a 'concurrency' cap"],
+    [{ concurrency: 5, cost: 6 }, 'cost', 'is more than the rule admits at once (5)'],
+    [{}, 'count', "must be a positive whole number (or 'concurrency' for a cap on requests in flight), got undefined"],
+  ])('rejects a concurrency cap that cannot work: %j', async (options, field, problem) => {
+    const error = await bootstrapError(controllerWith(options));
+    expect(error.message).toContain(`@RateLimit on BadController.handler: '${field}' ${problem}`);
+  });
+
+  it.each([
     [
       ['kube-probe'],
       "'allow.userAgents[0]' is a user agent alone, which any client can send; give the networks it comes from: { agent: 'kube-probe', from: ['10.0.0.0/8'] }",

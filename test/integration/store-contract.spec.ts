@@ -8,7 +8,7 @@ import {
   RateLimitStore,
   type RateLimitSettlement,
 } from 'nest-rate-limit/store';
-import { STORES } from '../support/matrix.js';
+import { STORES, sharedRedis } from '../support/matrix.js';
 import { createStore, hit } from '../support/store-module.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
 import { statuses } from '../support/traffic.js';
@@ -174,5 +174,79 @@ describe('the store option', () => {
   it('refuses at bootstrap a value that is no RateLimitStore, naming the field', () => {
     expect(() => RateLimitModule.forRoot({ store: {} as RateLimitStore })).toThrow(RateLimitConfigurationError);
     expect(() => RateLimitModule.forRoot({ store: {} as RateLimitStore })).toThrow(/'store' must be/);
+  });
+});
+
+/** A `concurrency` cap's slots, as the library's stores keep them (`renewSlots`). */
+describe.each(STORES)('slots of a concurrency cap: $name store', (storeCase) => {
+  let store: RateLimitStore;
+  let close: () => Promise<void>;
+  const t0 = 1_800_000_000_000;
+  const lease = 30_000;
+  const slotHit = () =>
+    hit(`${uniquePrefix()}:{slots}:cap:sl`, { algorithm: 'sliding-log', limit: 2, windowMs: lease, slot: true });
+
+  beforeAll(async () => {
+    ({ store, close } = await createStore({ redis: await storeCase.redis() }));
+  });
+
+  afterAll(async () => {
+    await close?.();
+  });
+
+  it('keeps a renewed slot past its first lease, and lets one not renewed run out', async () => {
+    const cap = slotHit();
+    const renewed = await store.consume([cap], t0);
+    const lapsed = await store.consume([cap], t0 + 1);
+    expect([renewed.allowed, lapsed.allowed]).toEqual([true, true]);
+    expect((await store.consume([cap], t0 + 2)).allowed).toBe(false);
+    const [at] = await store.renewSlots([{ hit: cap, receipt: renewed.receipts![0] }], t0 + lease - 5_000);
+    expect(at).toBe(t0 + lease - 5_000);
+    // Past the first lease: the lapsed slot is back, the renewed one still held.
+    const past = await store.consume([cap], t0 + lease + 10);
+    expect(past.allowed).toBe(true);
+    expect(past.decisions[0].remaining).toBe(0);
+    // Renewed again, by its receipt dated as the renewal answered (as `ConcurrencyStep` keeps it).
+    const moved = { hit: cap, receipt: { ...renewed.receipts![0], admittedAt: at! } };
+    expect(await store.renewSlots([moved], t0 + lease + 20)).toEqual([t0 + lease + 20]);
+  });
+
+  it('gives a renewed slot back, and then renews nothing', async () => {
+    const cap = slotHit();
+    const admitted = await store.consume([cap], t0);
+    const [at] = await store.renewSlots([{ hit: cap, receipt: admitted.receipts![0] }], t0 + 10_000);
+    const slot = { hit: cap, receipt: { ...admitted.receipts![0], admittedAt: at! } };
+    await store.settle([{ ...slot, refund: true }]);
+    const after = await store.consume([cap], t0 + 10_001);
+    expect(after.decisions[0].remaining).toBe(1);
+    expect(await store.renewSlots([slot], t0 + 10_002)).toEqual([undefined]);
+  });
+});
+
+describe('slots of a concurrency cap on Redis: a request that ends while its slot is being renewed', () => {
+  let store: RateLimitStore;
+  let close: () => Promise<void>;
+  const t0 = 1_800_000_000_000;
+
+  beforeAll(async () => {
+    ({ store, close } = await createStore({ redis: (await sharedRedis()).url }));
+  });
+
+  afterAll(async () => {
+    await close?.();
+  });
+
+  it('gives the slot back by the receipt it had before the renewal answered', async () => {
+    const cap = hit(`${uniquePrefix()}:{slots}:cap:sl`, {
+      algorithm: 'sliding-log',
+      limit: 1,
+      windowMs: 30_000,
+      slot: true,
+    });
+    const admitted = await store.consume([cap], t0);
+    const first = { hit: cap, receipt: admitted.receipts![0] };
+    await store.renewSlots([first], t0 + 10_000);
+    await store.settle([{ ...first, refund: true }]);
+    expect((await store.consume([cap], t0 + 10_001)).allowed).toBe(true);
   });
 });

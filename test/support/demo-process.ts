@@ -11,6 +11,8 @@ export interface DemoProcess {
   output(): string;
   /** SIGTERM, then waits for the exit; SIGKILL if it has not exited 10 s later. */
   stop(): Promise<void>;
+  /** SIGKILL at once, as a crash: nothing of the app runs again. Resolves once it has exited. */
+  kill(): Promise<void>;
 }
 
 /**
@@ -42,6 +44,11 @@ export async function startDemoProcess(
       const kill = setTimeout(() => child.kill('SIGKILL'), 10_000);
       await exited;
       clearTimeout(kill);
+    },
+    async kill() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill('SIGKILL');
+      await exited;
     },
   };
   started.push(demo);

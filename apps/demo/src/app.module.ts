@@ -14,6 +14,7 @@ import { LimitsController } from './limits.controller.js';
 import { OrdersController } from './orders.controller.js';
 import { PlansController } from './plans.controller.js';
 import { CompletionsController } from './completions.controller.js';
+import { ExportsController } from './exports.controller.js';
 import { NearLimitDigest } from './near-limit-digest.js';
 
 // One line per rule at once and a sum per 10 s: a flood of tenants near their limits writes no line each.
@@ -71,6 +72,7 @@ const nearLimitLog = new NearLimitDigest(new Logger('NearLimit'), 10_000);
     AlgorithmsController,
     FeaturesController,
     JobsController,
+    ExportsController,
     HealthController,
     AdminController,
   ],

@@ -54,6 +54,12 @@ export interface RateLimitAlgorithm<State> {
    * state still holds them: a window that has ended is not reopened.
    */
   refund(state: State, params: AlgorithmParams, admittedAt: number): State;
+  /**
+   * An admission made at `admittedAt` dated `now` instead, counting nothing more: a cap's slot kept
+   * while its request runs. Undefined when the state no longer holds it. Only a sliding log, which
+   * caps count with, has it.
+   */
+  renew?(state: State, admittedAt: number, now: number): State | undefined;
 }
 
 /**

@@ -2,7 +2,7 @@ import type { ResilientConsumption } from '../resilience/deciding-store.js';
 import type { RateLimitRule } from '../rules/rate-limit-rule.js';
 import type { LimitedRequest } from './limited-request.js';
 import type { PreparedRule } from './prepare-hits.js';
-import type { RateLimitOutcome } from './rate-limit-outcome.js';
+import type { ConditionalUnits, RateLimitOutcome } from './rate-limit-outcome.js';
 import type { RateLimitOverride } from './limit-values.js';
 import type { Thresholds } from './rule-thresholds.js';
 
@@ -105,8 +105,11 @@ export interface LimiterStep {
     prepared: readonly PreparedRule[],
     consumption: ResilientConsumption | undefined,
   ): void;
-  /** Keys whose units were released: reset (`RateLimiterService.reset`) or settled (`settle`). */
-  released?(keys: readonly string[], how: 'reset' | 'settled'): void;
+  /**
+   * Keys whose units were released: reset (`RateLimiterService.reset`) or settled (`settle`, with
+   * the units the request held, as the outcome listed them).
+   */
+  released?(keys: readonly string[], how: 'reset' | 'settled', units?: readonly ConditionalUnits[]): void;
   /** At the app's shutdown. */
   close?(): void;
 }

@@ -3,7 +3,7 @@ import type { RateLimitRule } from '../rules/rate-limit-rule.js';
 import type { LimitedRequest } from './limited-request.js';
 import type { Consume, LimiterStep, NOT_COUNTED, Prepare, Screening, StepEntry, StepKit } from './limiter-step.js';
 import type { PreparedRule } from './prepare-hits.js';
-import type { RateLimitOutcome } from './rate-limit-outcome.js';
+import type { ConditionalUnits, RateLimitOutcome } from './rate-limit-outcome.js';
 import type { Thresholds } from './rule-thresholds.js';
 
 /** The steps of a request none of whose rules uses one: one shared list. */
@@ -140,8 +140,8 @@ export class LimiterSteps {
     return steps;
   }
 
-  released(keys: readonly string[], how: 'reset' | 'settled'): void {
-    for (const step of this.made.values()) step.released?.(keys, how);
+  released(keys: readonly string[], how: 'reset' | 'settled', units?: readonly ConditionalUnits[]): void {
+    for (const step of this.made.values()) step.released?.(keys, how, units);
   }
 
   close(): void {

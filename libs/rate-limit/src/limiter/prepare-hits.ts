@@ -135,6 +135,7 @@ export class HitPreparation {
         // never reads another's state.
         key: ruleStateKey(this.keyPrefix, rule.keyId, identity, thresholds.algorithm),
         conditional: rule.countOn !== 'all',
+        slot: rule.concurrency !== undefined,
         algorithm: thresholds.algorithm,
         limit: thresholds.count,
         windowMs: thresholds.windowMs,

@@ -51,7 +51,7 @@ export interface RateLimitOutcome {
    */
   reported: RuleDecision | undefined;
   allowed: boolean;
-  /** Admitted units of rules with `countOn` other than `'all'`, to settle when the response ends. */
+  /** Admitted units of rules with `countOn` other than `'all'` and caps' slots, to settle when the response ends. */
   conditional: readonly ConditionalUnits[];
   /** Units reserved by rules with `settleCost`, to settle with what the request really cost. */
   reserved: readonly ReservedUnits[];
@@ -69,9 +69,13 @@ export interface ReservedUnits {
   refund: RateLimitRefund;
 }
 
-/** Units that stay counted only if the response ends as `countOn` says. */
+/**
+ * Units that stay counted only if the response ends as `countOn` says; a cap's slot (`'release'`)
+ * is given back however it ends.
+ */
 export interface ConditionalUnits {
-  countOn: 'success' | 'failure';
+  countOn: 'success' | 'failure' | 'release';
+  /** What the store takes back; a cap's slot's receipt moves as it is renewed. */
   refund: RateLimitRefund;
 }
 

@@ -24,12 +24,12 @@ export class Settlements {
 
   /**
    * `countOn` units no longer in flight, and refunded for rules whose `countOn` the response did not
-   * meet; requests waiting on them are woken. Never throws: a failed call leaves them counted (logged).
+   * meet; caps' slots given back; requests waiting on them are woken. Never throws: a failed call leaves them counted (logged).
    */
   async countOn(settled: RateLimitOutcome, succeeded: boolean): Promise<void> {
     const settlements = settled.conditional.map(({ countOn, refund }) => ({
       ...refund,
-      refund: (countOn === 'success') !== succeeded,
+      refund: countOn === 'release' || (countOn === 'success') !== succeeded,
     }));
     try {
       await this.store.settle(settlements);
@@ -40,6 +40,7 @@ export class Settlements {
       this.steps.released(
         settlements.map(({ hit }) => hit.key),
         'settled',
+        settled.conditional,
       );
     }
   }

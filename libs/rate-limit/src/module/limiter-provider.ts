@@ -7,6 +7,7 @@ import { RateLimitConfigCentre } from '../limiter/rate-limit-config-centre.js';
 import { RateLimiterService } from '../limiter/rate-limiter.service.js';
 import { AllowListStep } from '../limiter/steps/allow-list.step.js';
 import { CostReservationsStep } from '../limiter/steps/cost-reservations.step.js';
+import { ConcurrencyStep } from '../limiter/steps/concurrency.step.js';
 import { CountOnStep } from '../limiter/steps/count-on.step.js';
 import { LeasesStep } from '../limiter/steps/leases.step.js';
 import { ModuleExemptionsStep } from '../limiter/steps/module-exemptions.step.js';
@@ -102,7 +103,7 @@ export function limiterProvider(extensionSteps: readonly InjectionToken[]): Prov
     ): RateLimiterService => {
       const problems = storeProblemLog(redis);
       const deciding = decidingStore(store, problems, options, observer ?? undefined, redis);
-      const composed = new LimiterSteps(limiterSteps(options, deciding, store, centre, steps));
+      const composed = new LimiterSteps(limiterSteps(options, deciding, store, centre, steps, problems));
       return new RateLimiterService(options, deciding, problems, registry, centre, composed);
     },
   };
@@ -120,6 +121,7 @@ export function limiterSteps(
   store: RateLimitStore,
   centre: RateLimitConfigCentre,
   extensionSteps: readonly StepEntry[],
+  storeProblems: StoreProblemLog,
 ): StepEntry[] {
   const { clock, allow, skipIf } = options;
   // Where a failed `skipIf`, an allow list a centre gave that cannot be read, or `onNearLimit` is said.
@@ -146,6 +148,11 @@ export function limiterSteps(
     // A config key's values may bring an allow list.
     { uses: (rule) => rule.allow !== undefined || rule.configKey !== undefined, make: () => new AllowListStep() },
     { uses: (rule) => rule.countOn !== 'all', make: () => new CountOnStep(options.countOn.inFlightWaitMs) },
+    // After `countOn`'s, whose units it adds its slots to.
+    {
+      uses: (rule) => rule.concurrency !== undefined,
+      make: () => new ConcurrencyStep(store, storeProblems, clock ? () => Math.floor(clock()) : () => undefined),
+    },
     // A config key's values may turn a rule to 'shadow'. The module's `mode` is 'enforce' by default.
     {
       uses: (rule) => (rule.mode ?? options.mode) === 'shadow' || rule.configKey !== undefined,

@@ -1,5 +1,6 @@
 import type { StoreProblemLog } from '../logging/store-problem-log.js';
 import {
+  givenBack,
   type RateLimitConsumption,
   type RateLimitHit,
   type LiftedKeysWatcher,
@@ -18,6 +19,7 @@ import { groupBySlot, inOneSlot, mergeGroups, slotOf } from './call-grouping.js'
 import { isCluster } from './is-cluster.js';
 import { FIXED_WINDOW_FAST_SCRIPT, decodeFast, encodeFast, isFastHit } from './scripts/fixed-window-fast.script.js';
 import { type LostWriteRaise, RAISE_SCRIPTS, encodeRaise } from './scripts/raise.script.js';
+import { RENEW_SCRIPTS, decodeRenew, encodeRenew } from './scripts/renew.script.js';
 import { RESET_SCRIPT, encodeReset } from './scripts/reset.script.js';
 import { neverReachedRedis } from './unsent-error.js';
 import { RedisTimeoutError } from './redis-timeout.js';
@@ -208,9 +210,20 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
   async settle(settlements: readonly RateLimitSettlement[]): Promise<void> {
     await this.calls.settle(settlements);
     // Counts taken back (a Cluster slot's after another refused) may admit again: every instance's
-    // block cache lets them go. (`countOn` rules are never cached.)
+    // block cache lets them go. (`countOn` rules and caps are never cached.)
     await this.redis.news.announceLifted(
-      settlements.flatMap(({ hit, refund }) => (refund && !hit.conditional ? [hit.key] : [])),
+      settlements.flatMap(({ hit, refund }) => (refund && !givenBack(hit) ? [hit.key] : [])),
+    );
+  }
+
+  /** One call per slot: an instance holds few, each renewed a few times a lease. */
+  override renewSlots(slots: readonly RateLimitRefund[], now?: number): Promise<(number | undefined)[]> {
+    const at = now === undefined ? undefined : Math.floor(now);
+    return Promise.all(
+      slots.map((slot) => {
+        const { keys, args } = encodeRenew(slot, at);
+        return this.scripts.run(RENEW_SCRIPTS.for([slot.hit]), keys, args).then(decodeRenew);
+      }),
     );
   }
 

@@ -186,9 +186,7 @@ export class BlockedKeys {
     for (let i = 0; i < hits.length; i += 1) {
       const hit = hits[i];
       const decision = consumption.decisions[i];
-      if (decision.allowed || decision.provisional || decision.remaining > 0 || hit.conditional || hit.cost === 0) {
-        continue;
-      }
+      if (decision.allowed || decision.provisional || decision.remaining > 0 || !held(hit)) continue;
       this.blocks.set(hit.key, { until: sentAt + decision.resetMs, limit: hit.limit, cost: hit.cost });
     }
   }
@@ -292,7 +290,11 @@ class KeysInFlight {
   }
 }
 
-/** Hits the block cache can refuse: others gain nothing from waiting for an answer. */
+/**
+ * Hits the block cache can refuse: others gain nothing from waiting for an answer. Not `countOn`'s,
+ * whose refusal may be provisional, nor a cap's, which lasts only until one of its requests ends.
+ * (Read here, not through `givenBack`: this file is on every request's path, that one is not.)
+ */
 function held(hit: RateLimitHit): boolean {
-  return !hit.conditional && hit.cost > 0;
+  return !hit.conditional && !hit.slot && hit.cost > 0;
 }

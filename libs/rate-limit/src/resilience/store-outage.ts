@@ -7,6 +7,7 @@ import {
   type RateLimitHit,
   type RateLimitReceipt,
   type RateLimitStore,
+  givenBack,
   holdsInFlight,
   unaskedDecision,
 } from '../store/rate-limit-store.js';
@@ -146,7 +147,7 @@ export class StoreOutage {
    * key's count fell (`watchLiftedKeys`), and each would forget what it saw of the window, the shares
    * held and the figures the lost-write check compares, just when they matter. Only an admission
    * in flight is ended (it announces nothing), or it would stay so for a window: a `countOn` rule's
-   * units are refunded, a `settleCost` rule's claim ends with its reservation kept.
+   * units and a cap's slot are refunded, a `settleCost` rule's claim ends with its reservation kept.
    *
    * Refused by the rules past their share, until that share stops holding (`refusals`), and by no
    * other: the rest keep Redis's admission. A refusal reads as what it is, for a `Retry-After` and
@@ -161,7 +162,7 @@ export class StoreOutage {
     now: number,
   ): RateLimitConsumption {
     const inFlight = hits.flatMap((hit, i) =>
-      holdsInFlight(hit) ? [{ hit, receipt: consumption.receipts![i], refund: hit.conditional }] : [],
+      holdsInFlight(hit) ? [{ hit, receipt: consumption.receipts![i], refund: givenBack(hit) }] : [],
     );
     if (inFlight.length > 0) void this.store.settle(inFlight).catch(() => undefined);
     return {

@@ -41,6 +41,11 @@ export interface RateLimitRule {
   readonly settleCost: NonNullable<RateLimitOptions['settleCost']>['actual'] | undefined;
   /** @internal The option's `settleCost.max`: the most one request can cost; undefined without `settleCost`. */
   readonly maxCost: NonNullable<RateLimitOptions['settleCost']>['max'] | undefined;
+  /**
+   * A cap on requests in flight (`count` slots, counted as a sliding log of `SLOT_LEASE_MS`, each
+   * admission given back when its request ends); undefined for a rate.
+   */
+  readonly concurrency?: number;
   /** A share of the limit whose crossing is reported; undefined: none. */
   readonly nearLimit: number | undefined;
   /** Set for the rule of one of another rule's `tiers`: that tier's name. */
@@ -73,6 +78,9 @@ export class RateLimitConfigurationError extends Error {
   }
 }
 
+/** How `validateRule` reports a field that cannot work: it throws, naming the rule and the field. */
+export type Fail = (field: string, problem: string, value: unknown) => never;
+
 /**
  * The options a rule was validated from, as far as they can be rebuilt: to validate it again with
  * values from a config centre, exactly as bootstrap validated the decorator.
@@ -87,6 +95,13 @@ export function ruleOptions(rule: RateLimitRule): RateLimitOptions {
     cost: rule.cost,
     countOn: rule.countOn,
   };
+  if (rule.concurrency !== undefined) {
+    // A cap's slots, which a config centre's `count` sets; it has no window of its own.
+    options.concurrency = rule.count;
+    delete options.count;
+    delete options.window;
+    delete options.algorithm;
+  }
   if (rule.configKey !== undefined) options.configKey = rule.configKey;
   if (rule.burst !== undefined) options.burst = rule.burst;
   if (rule.blockMs > 0) options.blockFor = rule.blockMs;

@@ -99,7 +99,9 @@ export function parseLimitSettings(raw: unknown): { settings: LimitSettings; pro
  */
 export function ruleWithSettings(rule: RateLimitRule, settings: LimitSettings, subject: string): RateLimitRule {
   const options = ruleOptions(rule);
-  if (settings.count !== undefined) {
+  if (settings.count !== undefined && options.concurrency !== undefined) {
+    options.concurrency = settings.count;
+  } else if (settings.count !== undefined) {
     options.count = settings.count;
     // A lease is how a hot counter is served, not how much it admits: a count cut below it in an
     // incident must hold, and does (a lease never admits past the count in force).

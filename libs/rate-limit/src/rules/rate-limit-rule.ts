@@ -3,12 +3,14 @@ import { MAX_DURATION_MS, parseCount, parseDuration } from './duration.js';
 import { STORE_ERROR_POLICIES } from '../resilience/store-error-policy.js';
 import { ruleKeyId } from '../store/key-layout.js';
 import { AllowList } from './allow-list.js';
-import { RateLimitConfigurationError, type RateLimitRule } from './compiled-rule.js';
+import { describeValue as describe } from './describe-value.js';
+import { SLOT_LEASE_MS, concurrencyOf } from './concurrency-cap.js';
+import { settledCost } from './settle-cost-option.js';
+import { type Fail, RateLimitConfigurationError, type RateLimitRule } from './compiled-rule.js';
 import {
   COUNT_ON,
   RATE_LIMIT_MODES,
   type RateLimitBy,
-  type RateLimitCountOn,
   type RateLimitOptions,
   type RateLimitSettleCost,
   type RateLimitSkipIf,
@@ -52,11 +54,13 @@ export function validateRule(
   };
   if (options === null || typeof options !== 'object') fail('options', 'must be an object', options);
 
-  const count = parseCount(options.count);
-  if (count === undefined || typeof options.count !== 'number') {
-    fail('count', 'must be a positive whole number', options.count);
+  const concurrency = concurrencyOf(options, fail);
+  const count = concurrency ?? parseCount(options.count);
+  if (count === undefined || (concurrency === undefined && typeof options.count !== 'number')) {
+    const or = options.count === undefined ? " (or 'concurrency' for a cap on requests in flight)" : '';
+    fail('count', `must be a positive whole number${or}`, options.count);
   }
-  const windowMs = parseDuration(options.window);
+  const windowMs = concurrency === undefined ? parseDuration(options.window) : SLOT_LEASE_MS;
   if (windowMs === undefined) {
     fail(
       'window',
@@ -64,7 +68,8 @@ export function validateRule(
       options.window,
     );
   }
-  const name = options.name ?? defaultName;
+  // A cap beside a rate on one handler: two rules, two default names.
+  const name = options.name ?? (concurrency === undefined || !defaultName ? defaultName : `${defaultName}.concurrency`);
   if (typeof name !== 'string' || !RULE_NAME.test(name)) {
     fail('name', 'must be 1 to 64 characters of letters, digits and . _ $ -', options.name);
   }
@@ -76,7 +81,7 @@ export function validateRule(
   if (by !== 'ip' && by !== 'global' && typeof by !== 'function') {
     fail('by', "must be 'ip', 'global' or a function of the ExecutionContext", by);
   }
-  const algorithm = options.algorithm ?? 'fixed-window';
+  const algorithm = concurrency === undefined ? (options.algorithm ?? 'fixed-window') : 'sliding-log';
   if (!ALGORITHM_NAMES.includes(algorithm))
     fail('algorithm', `must be one of ${ALGORITHM_NAMES.join(', ')}`, algorithm);
   const { burst } = options;
@@ -165,12 +170,16 @@ export function validateRule(
     nearLimit,
     settleCost,
     maxCost,
-    afterGuards: afterGuardsOf(by, tiers !== undefined, skipIf, settleCost, countOn),
+    afterGuards: afterGuardsOf(
+      by,
+      tiers !== undefined,
+      skipIf,
+      settleCost,
+      countOn !== 'all' || concurrency !== undefined,
+    ),
+    ...(concurrency === undefined ? {} : { concurrency }),
   };
 }
-
-/** How `validateRule` reports a field that cannot work: it throws, naming the rule and the field. */
-type Fail = (field: string, problem: string, value: unknown) => never;
 
 /** The rule of each of `tiers.limits`, validated as the rule itself with that tier's thresholds. */
 function tierRules(
@@ -228,70 +237,15 @@ function tierRules(
   return tiers;
 }
 
-/** `settleCost` checked, as the rule keeps it: its function of the result, and the most a request may cost. */
-function settledCost(
-  options: RateLimitOptions,
-  cost: NonNullable<RateLimitOptions['cost']>,
-  countOn: RateLimitCountOn,
-  fail: Fail,
-): Pick<RateLimitRule, 'settleCost' | 'maxCost'> {
-  const given = options.settleCost;
-  if (given === undefined) return { settleCost: undefined, maxCost: undefined };
-  if (typeof given === 'function') {
-    fail(
-      'settleCost',
-      "must be { actual, max } (0.3): the function is 'settleCost.actual', 'maxCost' is 'settleCost.max'",
-      given,
-    );
-  }
-  if (given === null || typeof given !== 'object') {
-    fail(
-      'settleCost',
-      "must be { actual, max }: a function of the handler's result giving what the request cost, and the most one request can cost",
-      given,
-    );
-  }
-  if (typeof given.actual !== 'function') {
-    fail('settleCost.actual', "must be a function of the handler's result and the context", given.actual);
-  }
-  // Each decides what stays counted after the handler; one rule takes one of them.
-  if (countOn !== 'all') fail('settleCost', "cannot be combined with 'countOn'", given);
-  // A leased unit is this instance's, which a charge past it could not reach.
-  if (options.lease !== undefined) fail('settleCost', "cannot be combined with 'lease'", given);
-  const { max } = given;
-  // Without it, requests in flight together could each overdraw the budget: no bound at all.
-  if (max === undefined) {
-    fail(
-      'settleCost.max',
-      "is required: the most one request can really cost, so that requests in flight together never overdraw the budget by more than one request's overdraft",
-      max,
-    );
-  }
-  if (typeof max !== 'function') {
-    if (typeof max !== 'number' || parseCount(max) === undefined) {
-      fail('settleCost.max', 'must be a positive whole number or a function of the ExecutionContext', max);
-    }
-    if (typeof cost === 'number' && max < cost)
-      fail('settleCost.max', `is less than the reservation ('cost': ${cost})`, max);
-  }
-  return { settleCost: given.actual, maxCost: max };
-}
-
 function afterGuardsOf(
   by: RateLimitBy,
   tiered: boolean,
   skipIf: RateLimitSkipIf | undefined,
   settleCost: RateLimitSettleCost | undefined,
-  countOn: RateLimitCountOn,
+  heldUntilEnd: boolean,
 ): RateLimitRule['afterGuards'] {
   const http = typeof by === 'function' || tiered || skipIf !== undefined || settleCost !== undefined;
-  // HTTP settles `countOn` units by the response, which always ends; elsewhere the handler's outcome does.
-  return { http, elsewhere: http || countOn !== 'all' };
-}
-
-function describe(value: unknown): string {
-  if (typeof value === 'string') return JSON.stringify(value);
-  if (typeof value === 'function') return 'a function';
-  if (value === null || typeof value !== 'object') return String(value);
-  return Array.isArray(value) ? 'an array' : 'an object';
+  // HTTP settles `countOn` units and a cap's slots by the response, which always ends; elsewhere the
+  // handler's outcome does.
+  return { http, elsewhere: http || heldUntilEnd };
 }

@@ -9,14 +9,22 @@ import type { RateLimitAllowList } from './allow-list.js';
 export interface RateLimitOptions {
   /**
    * Requests admitted per window: a positive whole number. With `tiers`: the limit of a request
-   * whose tier is none of `tiers.limits`.
+   * whose tier is none of `tiers.limits`. Required, with `window`, unless the rule is a `concurrency` cap.
    */
-  count: number;
+  count?: number;
   /**
    * Window length: whole milliseconds, or a duration string (`'500ms'`, `'1s'`, `'1.5m'`, `'1h'`,
    * `'1d'`), at most 365 days. A string of digits alone is milliseconds, as env files give them.
    */
-  window: number | string;
+  window?: number | string;
+  /**
+   * A cap on requests in flight instead of a rate: at most this many of the rule's requests (per
+   * `by` identity) run at once, across instances. A slot is taken before the handler and given back
+   * when the request ends in any way; a crashed instance's slots come back within 30 s. A positive
+   * whole number up to 10,000; the rule then takes no `count`, `window`, `algorithm`, `burst`,
+   * `blockFor`, `countOn`, `lease`, `tiers` or `settleCost`. Its `configKey`'s `count` sets the cap live.
+   */
+  concurrency?: number;
   /** Key in the config centre whose `count` / `window` override the values above at run time. */
   configKey?: string;
   /**

@@ -8,6 +8,7 @@ import {
   RateLimitStore,
   type RateLimitConsumption,
   type RateLimitHit,
+  type RateLimitRefund,
   type RateLimitSettlement,
   type RateLimitStanding,
   capacityOf,
@@ -166,6 +167,21 @@ export class MemoryRateLimitStore extends RateLimitStore {
       if (held) held.value = ALGORITHMS[hit.algorithm].refund(held.value, hit, receipt.admittedAt);
     }
     return Promise.resolve();
+  }
+
+  override renewSlots(slots: readonly RateLimitRefund[], clock?: number): Promise<(number | undefined)[]> {
+    const now = this.begin(clock);
+    return Promise.resolve(
+      slots.map(({ hit, receipt }) => {
+        const held = this.states.get(hit.key);
+        const algorithm = ALGORITHMS[hit.algorithm];
+        const renewed = held && algorithm.renew?.(held.value, receipt.admittedAt, now);
+        if (!renewed) return undefined;
+        const { remaining, ttlMs } = algorithm.step(renewed, { ...hit, cost: 0 }, now);
+        this.hold(hit, renewed, remaining, ttlMs, now);
+        return Math.max(now, receipt.admittedAt);
+      }),
+    );
   }
 
   /**

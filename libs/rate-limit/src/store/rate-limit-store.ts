@@ -38,6 +38,12 @@ export interface RateLimitHit {
    */
   conditional: boolean;
   /**
+   * A `concurrency` cap's: its admission is a slot, held while the request runs (renewed by
+   * `renewSlots`) and given back when it ends, so a refusal lasts only until some request ends:
+   * never kept by the block cache nor checked for lost writes. A store of your own may ignore it.
+   */
+  slot?: boolean;
+  /**
    * A `settleCost` rule's admission: the most it may yet be charged past its cost
    * (`settleCost.max` less `cost`). Until settled (a window at most) it counts against the identity's other admissions, so
    * requests in flight together cannot overdraw the budget by more than one of them. Undefined for
@@ -64,7 +70,12 @@ export interface RateLimitHit {
  * claim): whoever admits it without the request's settlement to follow must end it.
  */
 export function holdsInFlight(hit: RateLimitHit): boolean {
-  return hit.conditional || (hit.overdraftBound ?? 0) > 0;
+  return hit.conditional || hit.slot === true || (hit.overdraftBound ?? 0) > 0;
+}
+
+/** Whether ending an admission of this hit that its request never settles takes its units back. */
+export function givenBack(hit: RateLimitHit): boolean {
+  return hit.conditional || hit.slot === true;
 }
 
 /** The same shape from every store and algorithm, so headers and `Retry-After` never differ. */
@@ -199,6 +210,17 @@ export abstract class RateLimitStore {
    */
   inspect(_hits: readonly RateLimitHit[], _now?: number): Promise<RateLimitStanding[]> {
     return Promise.reject(new Error(`The ${this.description} cannot inspect counters`));
+  }
+  /**
+   * Keeps the slots of `concurrency` caps (admissions of `slot` hits) taken while their requests
+   * run: each is dated `now` (the store's clock without it), as if admitted again, without counting
+   * anything. Resolves with each slot's new time, which its receipt then carries; undefined for one
+   * the store no longer holds (its lease ran out, or it was reset). The default renews nothing: a
+   * store of your own that does not gives a slot back after `SLOT_LEASE_MS` however long its
+   * request runs.
+   */
+  renewSlots(slots: readonly RateLimitRefund[], _now?: number): Promise<(number | undefined)[]> {
+    return Promise.resolve(slots.map(() => undefined));
   }
   /**
    * Whether a failed call certainly never reached the store (no connection, an open circuit). Only

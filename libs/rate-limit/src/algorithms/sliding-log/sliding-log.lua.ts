@@ -14,10 +14,13 @@ local function logWindow(key, now, p)
   for i = 1, #entries, 2 do count = count + logUnits(entries[i]) end
   return entries, count
 end
--- The member of an admission (time and nonce), whatever units it holds now, or nil.
+-- The member of an admission (time and nonce), whatever units it holds now, or nil. Scored by its
+-- time, or later: a cap's slot renewed since (\`renew\`) moved on, and only forward.
 local function logMember(key, at, nonce)
-  for _, member in ipairs(read('ZRANGEBYSCORE', key, fmt(at), fmt(at)) or {}) do
-    if string.match(member, '^[^:]*:([^:*]*)%*%d+$') == nonce then return member end
+  for _, upTo in ipairs({ fmt(at), '+inf' }) do
+    for _, member in ipairs(read('ZRANGEBYSCORE', key, fmt(at), upTo) or {}) do
+      if string.match(member, '^[^:]*:([^:*]*)%*%d+$') == nonce then return member end
+    end
   end
   return nil
 end
@@ -61,6 +64,16 @@ ALG['sliding-log'] = {
     local kept = logUnits(member) - p.cost
     redis.call('ZREM', key, member)
     if kept > 0 then redis.call('ZADD', key, fmt(at), logEntry(at, nonce, kept)) end
+  end,
+  -- A cap's slot kept while its request runs: its member dated \`now\`, never earlier, and the key kept
+  -- a window from then. The time it holds, or -1 when it is gone (its lease ran out, or a reset).
+  renew = function(key, at, p, nonce, now)
+    local member = logMember(key, at, nonce)
+    if not member then return -1 end
+    local score = math.max(now, tonumber(redis.call('ZSCORE', key, member)))
+    redis.call('ZADD', key, fmt(score), member)
+    redis.call('PEXPIRE', key, math.max(redis.call('PTTL', key), p.window + GRACE_MS))
+    return score
   end,
   -- Lost-write repair: puts back the admissions an instance made (\`p.admissions\`, \`time:nonce:cost\`
   -- separated by commas) that are still in the window and missing, as their members: one found

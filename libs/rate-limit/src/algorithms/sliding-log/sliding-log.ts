@@ -65,4 +65,14 @@ export const slidingLog: RateLimitAlgorithm<SlidingLogState> = {
     }
     return entries;
   },
+  renew(state, admittedAt, now) {
+    // As a refund finds it: an entry of that time (units of one time decide alike).
+    const i = state.findIndex(({ at }) => at === admittedAt);
+    if (i < 0) return undefined;
+    const { units } = state[i];
+    const rest = state.filter((_, j) => j !== i);
+    const after = rest.findIndex(({ at }) => at > now);
+    const renewed = { at: Math.max(now, admittedAt), units };
+    return after < 0 ? [...rest, renewed] : [...rest.slice(0, after), renewed, ...rest.slice(after)];
+  },
 };

@@ -3,6 +3,7 @@ import { ROUNDING_EPSILON } from '../../algorithms/algorithm.js';
 import { LOCAL_FALLBACK_BOUND } from '../../module/defaults.js';
 import type { StoreProblemLog } from '../../logging/store-problem-log.js';
 import {
+  givenBack,
   type RateLimitConsumption,
   type RateLimitHit,
   type RateLimitRefund,
@@ -77,8 +78,9 @@ const MAX_OWN_ADMISSIONS = 1_000;
  *   one, so nothing less tells; each instance puts back its own).
  *
  * Differences within `max(2, 5% of the capacity)` are let be: other instances' refunds (Cluster slot
- * groups) lower a count by a few units, and figures are read whole. Rules with `countOn` are not
- * checked, since their refunds lower counts by design.
+ * groups) lower a count by a few units, and figures are read whole. Rules with `countOn` and caps
+ * are not checked, since their refunds lower counts by design (a cap's slots lost in a failover are
+ * not put back: the requests holding them run uncounted until they end).
  */
 export class LostWriteCheck {
   private readonly seen: LRUCache<string, Seen>;
@@ -257,7 +259,7 @@ function ruleOf(hit: RateLimitHit): string {
 }
 
 function checked(hit: RateLimitHit): boolean {
-  return !hit.conditional;
+  return !givenBack(hit);
 }
 
 /** Units left of the capacity at a figure that may have fallen by a fraction: whole, as replies give them. */
