@@ -1,6 +1,7 @@
 import { Controller, Get, type INestApplication, Query } from '@nestjs/common';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { ConfigService } from '@nestjs/config';
 import request from 'supertest';
 import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
 import { RateLimit, RateLimiterService } from 'nest-rate-limit';
@@ -91,6 +92,19 @@ class CapController {
     return running.run(fail !== undefined);
   }
 
+  @Get('one')
+  @RateLimit({ concurrency: 1, by: 'global' })
+  one() {
+    return running.run();
+  }
+
+  /** A cap whose value is live: `limits.cap.live.count` in the app's configuration. */
+  @Get('live')
+  @RateLimit({ concurrency: 3, by: 'global', configKey: 'cap.live' })
+  live() {
+    return running.run();
+  }
+
   /** A cap and a rate on one handler, decided in one call. */
   @Get('both')
   @RateLimit({ concurrency: 2, by: 'global' })
@@ -145,6 +159,14 @@ describeStoresAndPlatforms('concurrency caps', (store, platform) => {
     expect(again.map(({ status }) => status)).toEqual([200, 200, 200]);
   });
 
+  it('serves a client that sends each request as soon as it reads the last answer: its own slot is back by then', async () => {
+    running.release();
+    const server = request(app.getHttpServer());
+    const statuses = [];
+    for (let i = 0; i < 30; i += 1) statuses.push((await server.get('/cap/one')).status);
+    expect(statuses).toEqual(Array(30).fill(200));
+  });
+
   it('frees the slot of a request whose handler throws', async () => {
     running.release();
     const server = request(app.getHttpServer());
@@ -169,6 +191,21 @@ describeStoresAndPlatforms('concurrency caps', (store, platform) => {
     await running.drained();
     expect(await used('CapController.work.concurrency', 0)).toBe(0);
     await request(app.getHttpServer()).get('/cap/work').expect(200);
+  });
+
+  it("takes the cap's slots live from its config key's count, and keeps its own when the key has a window", async () => {
+    const config = app.get(ConfigService);
+    const server = request(app.getHttpServer());
+    config.set('limits.cap.live', { count: 1 });
+    const one = await sendHolding(() => server.get('/cap/live'), 3, 1);
+    expect(one.map(({ status }) => status).sort()).toEqual([200, 429, 429]);
+    expect(await used('CapController.live.concurrency', 0)).toBe(0);
+    // A window is no value of a cap's: refused, and the decorator's 3 stand.
+    running.close();
+    config.set('limits.cap.live', { window: '1s' });
+    const three = await sendHolding(() => server.get('/cap/live'), 5, 3);
+    expect(three.map(({ status }) => status).sort()).toEqual([200, 200, 200, 429, 429]);
+    config.set('limits.cap.live', undefined);
   });
 
   it('decides a cap and a rate in one call: a request the cap refuses costs the rate nothing', async () => {

@@ -13,6 +13,7 @@ import {
   rateLimitManagement,
 } from 'nest-rate-limit/live';
 import { RateLimitHealthIndicator, rateLimitHealth } from 'nest-rate-limit/ops';
+import { type RateLimitHit, RateLimitStore } from 'nest-rate-limit/store';
 import { ROOT } from '../support/demo-process.js';
 import { LogCapture } from '../support/log-capture.js';
 import { until } from '../support/poll.js';
@@ -34,6 +35,19 @@ function documentedAcl(name: string): string {
 }
 
 const documented = documentedAcl('app');
+
+/** A cap's hit as the limiter makes it: a sliding log of its lease, one slot. */
+const capHit: RateLimitHit = {
+  key: '',
+  algorithm: 'sliding-log',
+  limit: 1,
+  windowMs: 30_000,
+  cost: 1,
+  burst: 1,
+  blockMs: 0,
+  conditional: false,
+  slot: true,
+};
 const CLI = join(ROOT, 'libs/rate-limit/dist/bin/limits.js');
 
 const byUser = (context: ExecutionContext) =>
@@ -44,6 +58,12 @@ class AclController {
   @Get('acl')
   @RateLimit({ name: 'acl', count: 3, window: '10m', by: byUser, configKey: 'acl.route' })
   limited() {
+    return {};
+  }
+
+  @Get('acl/cap')
+  @RateLimit({ concurrency: 1, by: byUser })
+  capped() {
     return {};
   }
 }
@@ -106,6 +126,15 @@ describe('under the documented least-privilege ACL', () => {
     expect(await admin.get('acl.route')).toMatchObject({ configKey: 'acl.route' });
     expect((await admin.list()).map((entry) => entry.configKey)).toContain('acl.route');
     expect(await admin.delete('acl.route')).toBe(true);
+
+    // A cap: each slot taken and given back, and one renewed, by the scripts under the same ACL.
+    for (let i = 0; i < 3; i += 1) await request(app!.getHttpServer()).get('/acl/cap').set('x-user', 'bob').expect(200);
+    const store = app!.get(RateLimitStore);
+    const slot = { ...capHit, key: 'rl:{acl-cap}:c:sl' };
+    const taken = await store.consume([slot]);
+    expect(await store.renewSlots([{ hit: slot, receipt: taken.receipts![0] }])).toEqual([expect.any(Number)]);
+    await store.settle([{ hit: slot, receipt: taken.receipts![0], refund: true }]);
+    expect((await store.consume([slot])).allowed).toBe(true);
 
     const { rate_limit: health } = await app!.get(RateLimitHealthIndicator).isHealthy();
     expect(health).toMatchObject({ status: 'up', redis: 'up', scriptsLoaded: true, liveConfigInSync: true });

@@ -90,6 +90,18 @@ describeStores('RateLimiterService.consume and reset', (store) => {
     await get('/reports/login', 'dave').expect(429);
   });
 
+  it('caps work in flight: a slot held until settle, whatever the outcome', async () => {
+    const scans = { name: 'scans', concurrency: 2 } as const;
+    const first = await limiter.consume(scans, 'tenant');
+    const second = await limiter.consume(scans, 'tenant');
+    const third = await limiter.consume(scans, 'tenant');
+    expect([first.allowed, second.allowed, third.allowed]).toEqual([true, true, false]);
+    expect(third.reported).toMatchObject({ remaining: 0, resetMs: 1_000 });
+    await limiter.settle(first, false);
+    expect((await limiter.consume(scans, 'tenant')).allowed).toBe(true);
+    expect((await limiter.consume(scans, 'other')).allowed).toBe(true);
+  });
+
   it('names the problem when a rule cannot be used', async () => {
     await expect(limiter.consume('no-such-rule', 'x')).rejects.toThrow(
       /No @RateLimit rule is named "no-such-rule" \(rules: .*"reports"/,

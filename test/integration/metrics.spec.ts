@@ -5,11 +5,15 @@ import { RateLimitManagementService, RedisConfigCentre, rateLimitManagement } fr
 import { rateLimitMetrics } from 'nest-rate-limit/ops';
 import { RedisService } from 'nest-rate-limit/store';
 import { Registry, register } from 'prom-client';
+import request from 'supertest';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { until } from '../support/poll.js';
 import { type RedisServer, startRedisServer } from '../support/redis-server.js';
 import { createTestApp, uniquePrefix } from '../support/test-app.js';
 import { statuses } from '../support/traffic.js';
+
+/** Holds `GET /metered/capped` until the test opens it. */
+let cappedGate = Promise.resolve();
 
 @Controller('metered')
 class MeteredController {
@@ -22,6 +26,13 @@ class MeteredController {
   @Get('tried')
   @RateLimit({ name: 'tried', count: 1, window: '1m', by: 'global', mode: 'shadow' })
   tried() {
+    return {};
+  }
+
+  @Get('capped')
+  @RateLimit({ name: 'capped', concurrency: 2, by: 'global' })
+  async capped() {
+    await cappedGate;
     return {};
   }
 
@@ -121,6 +132,22 @@ describe('Prometheus metrics', () => {
     expect(value(samples, 'rate_limit_config_in_sync')).toBe(1);
     expect(value(samples, 'rate_limit_config_reloads_total')).toBeGreaterThanOrEqual(1);
     expect(value(samples, 'rate_limit_config_refused_total')).toBe(0);
+  });
+
+  it("counts each cap's slots this instance holds, at 0 before any traffic", async () => {
+    const registry = new Registry();
+    await start(registry);
+    const slots = async () => value(parse(await registry.metrics()), 'rate_limit_slots_in_flight', { rule: 'capped' });
+    expect(await slots()).toBe(0);
+    let open: () => void = () => undefined;
+    cappedGate = new Promise((resolve) => (open = resolve));
+    const server = request(app!.getHttpServer());
+    const running = [server.get('/metered/capped').then(), server.get('/metered/capped').then()];
+    await until(async () => (await slots()) === 2, { timeoutMs: 2_000, what: 'two slots held' });
+    await server.get('/metered/capped').expect(429);
+    open();
+    expect((await Promise.all(running)).map(({ status }) => status)).toEqual([200, 200]);
+    await until(async () => (await slots()) === 0, { timeoutMs: 2_000, what: 'the slots given back' });
   });
 
   it('registers the metrics docs/operations.md lists, and no other', async () => {
@@ -252,6 +279,7 @@ describe('Prometheus metrics', () => {
       'enforced',
       'tried',
       'live',
+      'capped',
       'allowed',
       'rejected',
       'shadow_rejected',

@@ -1,5 +1,5 @@
 import type { StoreObserver } from '../resilience/deciding-store.js';
-import type { RateLimitOutcome } from './rate-limit-outcome.js';
+import type { ConditionalUnits, RateLimitOutcome } from './rate-limit-outcome.js';
 
 /** What a rule did to one request, as the metric `rate_limit_decisions_total` labels it. */
 export type RateLimitDecisionOutcome =
@@ -11,6 +11,8 @@ export type RateLimitDecisionOutcome =
  */
 export interface DecisionObserver extends StoreObserver {
   decided(outcome: RateLimitOutcome): void;
+  /** What an admitted request held until it ended (`outcome.conditional`), now settled. */
+  settled(units: readonly ConditionalUnits[]): void;
 }
 
 /**

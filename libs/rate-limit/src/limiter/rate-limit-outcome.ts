@@ -74,6 +74,7 @@ export interface ReservedUnits {
  * is given back however it ends.
  */
 export interface ConditionalUnits {
+  rule: RateLimitRule;
   countOn: 'success' | 'failure' | 'release';
   /** What the store takes back; a cap's slot's receipt moves as it is renewed. */
   refund: RateLimitRefund;

@@ -67,6 +67,7 @@ export function rateLimitMetrics(options: { registry?: object; prefix?: string }
         keysWithoutTtl: () => audit.keysWithoutTtl,
         ruleNames: () => rules.all().map((rule) => rule.name),
         nearLimitRuleNames: () => rules.all().flatMap((rule) => (rule.nearLimit === undefined ? [] : [rule.name])),
+        capRuleNames: () => rules.all().flatMap((rule) => (rule.concurrency === undefined ? [] : [rule.name])),
       });
     },
   };

@@ -1,7 +1,7 @@
 import type { OnApplicationBootstrap, OnApplicationShutdown } from '@nestjs/common';
 import type { Histogram, Registry } from 'prom-client';
 import type { LiveConfigState } from '../live/redis-config-centre.js';
-import type { RateLimitOutcome } from '../limiter/rate-limit-outcome.js';
+import type { ConditionalUnits, RateLimitOutcome } from '../limiter/rate-limit-outcome.js';
 import { type CircuitBreakerState, RedisTimeoutError } from '../redis/call-safety.js';
 import type { StoreObserver } from '../resilience/deciding-store.js';
 import type { DecisionObserver, RateLimitDecisionOutcome } from '../limiter/decision-observer.js';
@@ -30,6 +30,8 @@ export interface MetricsSources {
   ruleNames(): Iterable<string>;
   /** Those of them with a `nearLimit` share. */
   nearLimitRuleNames(): Iterable<string>;
+  /** The declared concurrency caps' names. */
+  capRuleNames(): Iterable<string>;
 }
 
 type PromClient = typeof import('prom-client');
@@ -71,6 +73,8 @@ export class RateLimitMetrics
   private blockCacheHits = 0;
   /** Per rule name, the admissions that crossed its `nearLimit` share. */
   private readonly nearLimits = new Map<string, number>();
+  /** Per cap's rule name, the slots this instance holds: requests it admitted still in flight. */
+  private readonly slots = new Map<string, number>();
 
   constructor(
     client: PromClient,
@@ -122,6 +126,16 @@ export class RateLimitMetrics
       [],
       () => [[{}, this.blockCacheHits]],
     );
+    const { slots } = this;
+    new client.Gauge({
+      name: `${prefix}slots_in_flight`,
+      help: 'Slots of each concurrency cap this instance holds: requests it admitted that have not ended',
+      labelNames: ['rule'],
+      registers,
+      collect() {
+        for (const [rule, held] of slots) this.set({ rule }, held);
+      },
+    });
     new client.Gauge({
       name: `${prefix}circuit_breaker_state`,
       help: 'The circuit breaker around Redis: 1 for its current state',
@@ -148,6 +162,7 @@ export class RateLimitMetrics
       'store_duration_seconds',
       'store_errors_total',
       'block_cache_hits_total',
+      'slots_in_flight',
       'circuit_breaker_state',
       'config_reloads_total',
       'config_refused_total',
@@ -162,6 +177,7 @@ export class RateLimitMetrics
   onApplicationBootstrap(): void {
     for (const name of this.sources.ruleNames()) this.countsOf(name);
     for (const name of this.sources.nearLimitRuleNames()) this.nearLimits.set(name, 0);
+    for (const name of this.sources.capRuleNames()) this.slots.set(name, 0);
   }
 
   /** Takes its metrics out of the registry, so an app started again in this process can register them. */
@@ -182,6 +198,17 @@ export class RateLimitMetrics
       else counted = decision.allowed ? ALLOWED : REJECTED;
       byOutcome[counted] += 1;
       if (decision.nearLimit) this.nearLimitCrossed(decision.rule.name);
+    }
+    if (outcome.conditional.length > 0) this.slotsChanged(outcome.conditional, 1);
+  }
+
+  settled(units: readonly ConditionalUnits[]): void {
+    this.slotsChanged(units, -1);
+  }
+
+  private slotsChanged(units: readonly ConditionalUnits[], by: 1 | -1): void {
+    for (const { rule, countOn } of units) {
+      if (countOn === 'release') this.slots.set(rule.name, (this.slots.get(rule.name) ?? 0) + by);
     }
   }
 

@@ -3,10 +3,11 @@ import type { LastSeenKeys } from './last-seen.js';
 import type { UnitsToRecord } from './pending-units.js';
 
 /**
- * The receipt of a `settleCost` admission the local fallback decided while the store was out: its
- * settlement (the real cost less the reservation) is counted where the fallback counted the
- * reservation, in its window here and with the units it records in the store once that answers,
- * so the count there ends as the sum of the real costs. The store never sees such a receipt.
+ * The receipt of a `settleCost` admission, or of a cap's slot, the local fallback decided while the
+ * store was out: its settlement (the real cost less the reservation; the slot given back) is counted
+ * where the fallback counted the admission, in its window here and with the units it records in the
+ * store once that answers, so the count there ends as the sum of the real costs, and a slot given
+ * back during the outage is never recorded. The store never sees such a receipt.
  */
 export interface FallbackReceipt extends RateLimitReceipt {
   readonly fallback: true;
@@ -23,8 +24,8 @@ export interface FallbackReceipt extends RateLimitReceipt {
 const FALLBACK_NONCE = 'fallback';
 
 /**
- * Receipts of an admission the fallback decided, one per hit of a `settleCost` rule (none for the
- * others, which have nothing to settle); undefined when no hit has one.
+ * Receipts of an admission the fallback decided, one per hit of a `settleCost` rule or a cap (none
+ * for the others, which have nothing to settle); undefined when no hit has one.
  * @param windowEndsAt per hit, the end of the window it was counted in.
  */
 export function fallbackReceipts(
@@ -35,7 +36,7 @@ export function fallbackReceipts(
 ): RateLimitReceipt[] | undefined {
   let receipts: RateLimitReceipt[] | undefined;
   hits.forEach((hit, i) => {
-    if (hit.overdraftBound === undefined) return;
+    if (hit.overdraftBound === undefined && !hit.slot) return;
     receipts ??= [];
     const receipt: FallbackReceipt = {
       admittedAt: now,

@@ -65,15 +65,16 @@ ALG['sliding-log'] = {
     redis.call('ZREM', key, member)
     if kept > 0 then redis.call('ZADD', key, fmt(at), logEntry(at, nonce, kept)) end
   end,
-  -- A cap's slot kept while its request runs: its member dated \`now\`, never earlier, and the key kept
+  -- A cap's slot kept while its request runs: its member dated \`now\` (never earlier), and the key kept
   -- a window from then. The time it holds, or -1 when it is gone (its lease ran out, or a reset).
   renew = function(key, at, p, nonce, now)
     local member = logMember(key, at, nonce)
     if not member then return -1 end
-    local score = math.max(now, tonumber(redis.call('ZSCORE', key, member)))
-    redis.call('ZADD', key, fmt(score), member)
+    -- GT: another instance's clock behind this one's never dates it back. Unmoved, the receipt's
+    -- time stays, and a refund finds it later than that.
+    local moved = redis.call('ZADD', key, 'GT', 'CH', fmt(now), member) == 1
     redis.call('PEXPIRE', key, math.max(redis.call('PTTL', key), p.window + GRACE_MS))
-    return score
+    return moved and now or at
   end,
   -- Lost-write repair: puts back the admissions an instance made (\`p.admissions\`, \`time:nonce:cost\`
   -- separated by commas) that are still in the window and missing, as their members: one found

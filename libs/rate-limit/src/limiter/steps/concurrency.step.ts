@@ -53,7 +53,7 @@ export class ConcurrencyStep implements LimiterStep {
       prepared,
       consumption,
       (rule) => rule.concurrency !== undefined,
-      (_, refund): ConditionalUnits => ({ countOn: 'release', refund }),
+      (rule, refund): ConditionalUnits => ({ rule, countOn: 'release', refund }),
     );
     if (!slots) return;
     outcome.conditional = outcome.conditional.length === 0 ? slots : [...outcome.conditional, ...slots];

@@ -37,7 +37,7 @@ export class CountOnStep implements LimiterStep {
       prepared,
       consumption,
       (rule) => rule.countOn !== 'all',
-      (rule, refund): ConditionalUnits => ({ countOn: rule.countOn as 'success' | 'failure', refund }),
+      (rule, refund): ConditionalUnits => ({ rule, countOn: rule.countOn as 'success' | 'failure', refund }),
     );
     if (conditional) outcome.conditional = conditional;
   }
