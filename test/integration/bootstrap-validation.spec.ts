@@ -74,6 +74,25 @@ describe('bad rule options fail at bootstrap, naming Controller.method and the f
   });
 
   it.each([
+    [{ wait: 2_000 }, 'wait', 'must be { maxMs, maxQueued? }'],
+    [{ wait: {} }, 'wait.maxMs', 'is required: the longest a request may wait for room'],
+    [{ wait: { maxMs: 'soon' } }, 'wait.maxMs', "must be a positive duration such as 2000 or '2s'"],
+    [{ wait: { maxMs: '2m' } }, 'wait.maxMs', "is longer than the rule's window, or a minute for a shorter window"],
+    [{ window: '1h', wait: { maxMs: '2h' } }, 'wait.maxMs', "is longer than the rule's window"],
+    [{ wait: { maxMs: 500, maxQueued: 0 } }, 'wait.maxQueued', 'must be a whole number of requests from 1 to 10000'],
+    [
+      { wait: { maxMs: 500, maxQueued: 10_001 } },
+      'wait.maxQueued',
+      'must be a whole number of requests from 1 to 10000',
+    ],
+    [{ wait: { maxMs: 500 }, blockFor: '1m' }, 'wait', "cannot be combined with 'blockFor'"],
+    [{ wait: { maxMs: 500 }, lease: 2 }, 'wait', "cannot be combined with 'lease'"],
+  ])('rejects a wait that cannot work: %j', async (options, field, problem) => {
+    const error = await bootstrapError(controllerWith({ count: 5, window: '1s', ...options }));
+    expect(error.message).toContain(`@RateLimit on BadController.handler: '${field}' ${problem}`);
+  });
+
+  it.each([
     [{ concurrency: 0 }, 'concurrency', 'must be a whole number of requests in flight from 1 to 10000, got 0'],
     [{ concurrency: -3 }, 'concurrency', 'must be a whole number of requests in flight from 1 to 10000, got -3'],
     [{ concurrency: 2.5 }, 'concurrency', 'must be a whole number of requests in flight from 1 to 10000, got 2.5'],

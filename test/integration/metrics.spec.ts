@@ -36,6 +36,12 @@ class MeteredController {
     return {};
   }
 
+  @Get('waited')
+  @RateLimit({ name: 'waited', count: 1, window: '300ms', by: 'global', wait: { maxMs: 1_000 } })
+  waited() {
+    return {};
+  }
+
   @Get('live')
   @RateLimit({ name: 'live', count: 5, window: '1m', by: 'global', configKey: 'metered.live' })
   live() {
@@ -148,6 +154,18 @@ describe('Prometheus metrics', () => {
     open();
     expect((await Promise.all(running)).map(({ status }) => status)).toEqual([200, 200]);
     await until(async () => (await slots()) === 0, { timeoutMs: 2_000, what: 'the slots given back' });
+  });
+
+  it('times each wait for room of a rule with wait, and only those', async () => {
+    const registry = new Registry();
+    await start(registry);
+    const server = request(app!.getHttpServer());
+    await server.get('/metered/waited').expect(200);
+    await server.get('/metered/waited').expect(200);
+    const samples = parse(await registry.metrics());
+    expect(value(samples, 'rate_limit_wait_seconds_count', { rule: 'waited' })).toBe(1);
+    expect(value(samples, 'rate_limit_wait_seconds_sum', { rule: 'waited' })).toBeGreaterThan(0.1);
+    expect(value(samples, 'rate_limit_wait_seconds_bucket', { rule: 'waited', le: '0.025' })).toBe(0);
   });
 
   it('registers the metrics docs/operations.md lists, and no other', async () => {
@@ -280,6 +298,7 @@ describe('Prometheus metrics', () => {
       'tried',
       'live',
       'capped',
+      'waited',
       'allowed',
       'rejected',
       'shadow_rejected',

@@ -7,6 +7,7 @@ const context: LimitedRequest = {
   address: undefined,
   gone: () => false,
   userAgent: () => undefined,
+  onGone: () => () => undefined,
   context: {} as ExecutionContext,
 };
 

@@ -10,6 +10,11 @@ export interface LimitedRequest {
   readonly address: string | undefined;
   /** Whether the client has gone (closed or shut its connection): asked again while a decision waits. */
   gone(): boolean;
+  /**
+   * Calls `listener` once, when the client goes (its connection closes or it shuts its side), for a
+   * request that waits; returns how to stop listening. A transport that cannot tell never calls it.
+   */
+  onGone(listener: () => void): () => void;
   /** The client's `User-Agent`, for an allow list of user agents; none when the transport keeps none. */
   userAgent(): string | undefined;
   readonly context: ExecutionContext;

@@ -57,6 +57,8 @@ export interface RateLimitOutcome {
   reserved: readonly ReservedUnits[];
   /** Set when the store failed and this policy decided the request. */
   storeError?: RateLimitStoreErrorPolicy;
+  /** Set when the request waited for room (a rule with `wait`): for how long, in ms. */
+  waitedMs?: number;
   /** Set when a ban refused the request (`RateLimitManagementService.ban`); `reported.resetMs` says until when. */
   banned?: true;
   /** With `banned`: the rule the ban is on, `'*'` for every rule (the request's own rules then say nothing of it). */

@@ -16,6 +16,7 @@ import { RejectionLogStep } from '../limiter/steps/rejection-log.step.js';
 import { ShadowStep } from '../limiter/steps/shadow.step.js';
 import { SkipIfStep } from '../limiter/steps/skip-if.step.js';
 import { TiersStep } from '../limiter/steps/tiers.step.js';
+import { WaitStep } from '../limiter/steps/wait.step.js';
 import { SampledLogger } from '../logging/sampled-logger.js';
 import type { StoreProblemLog } from '../logging/store-problem-log.js';
 import { RedisRateLimitStore } from '../redis/redis-rate-limit.store.js';
@@ -147,6 +148,8 @@ export function limiterSteps(
     { uses: (rule) => rule.tiers !== undefined, make: (kit) => new TiersStep(kit) },
     // A config key's values may bring an allow list.
     { uses: (rule) => rule.allow !== undefined || rule.configKey !== undefined, make: () => new AllowListStep() },
+    // Outside `countOn`'s and the caps': the wait holds a request around their whole decision.
+    { uses: (rule) => rule.wait !== undefined, make: () => new WaitStep() },
     { uses: (rule) => rule.countOn !== 'all', make: () => new CountOnStep(options.countOn.inFlightWaitMs) },
     // After `countOn`'s, whose units it adds its slots to.
     {

@@ -6,6 +6,7 @@ import { type CircuitBreakerState, RedisTimeoutError } from '../redis/call-safet
 import type { StoreObserver } from '../resilience/deciding-store.js';
 import type { DecisionObserver, RateLimitDecisionOutcome } from '../limiter/decision-observer.js';
 import { isBrokenCircuitError } from 'cockatiel';
+import { type PromClient, collectedCounter, liveConfigMetrics } from './collected-metrics.js';
 
 const OUTCOMES: readonly RateLimitDecisionOutcome[] = [
   'allowed',
@@ -17,6 +18,8 @@ const OUTCOMES: readonly RateLimitDecisionOutcome[] = [
 
 /** Seconds: a Redis call on loopback takes tens of µs; the deadline is 100 ms by default. */
 const STORE_SECONDS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
+/** A wait for room: from a few milliseconds (a slot given back) to a minute (the longest `wait.maxMs`). */
+const WAIT_SECONDS = [0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
 const BREAKER_STATES: readonly CircuitBreakerState[] = ['closed', 'half-open', 'open'];
 
@@ -33,8 +36,6 @@ export interface MetricsSources {
   /** The declared concurrency caps' names. */
   capRuleNames(): Iterable<string>;
 }
-
-type PromClient = typeof import('prom-client');
 
 /** Rule names labelled at most; decisions of rules named after them are counted under OTHER_RULES. */
 const MAX_RULE_LABELS = 1_000;
@@ -69,6 +70,7 @@ export class RateLimitMetrics
   /** Per rule name, the decisions of each outcome (by the indices above) since the start. */
   private readonly counts = new Map<string, Float64Array>();
   private readonly storeSeconds: Histogram;
+  private readonly waitSeconds: Histogram<'rule'>;
   private readonly storeErrors = { timeout: 0, circuit_open: 0, error: 0 };
   private blockCacheHits = 0;
   /** Per rule name, the admissions that crossed its `nearLimit` share. */
@@ -105,6 +107,13 @@ export class RateLimitMetrics
       name: `${prefix}store_duration_seconds`,
       help: 'Time of each call sent to the shared store (Redis), failed ones included; calls refused by the open circuit are not',
       buckets: STORE_SECONDS,
+      registers,
+    });
+    this.waitSeconds = new client.Histogram({
+      name: `${prefix}wait_seconds`,
+      help: 'How long requests of rules with wait waited for room, admitted or not in the end',
+      labelNames: ['rule'],
+      buckets: WAIT_SECONDS,
       registers,
     });
     counted(
@@ -146,7 +155,7 @@ export class RateLimitMetrics
         for (const state of BREAKER_STATES) this.set({ state }, current === state ? 1 : 0);
       },
     });
-    this.liveConfigMetrics(client, registers, prefix, sources);
+    liveConfigMetrics(client, registers, prefix, () => sources.liveConfig());
     new client.Gauge({
       name: `${prefix}keys_without_ttl`,
       help: 'Keys under the prefix without a TTL at the last background key audit (should be 0)',
@@ -160,6 +169,7 @@ export class RateLimitMetrics
       'decisions_total',
       'near_limit_total',
       'store_duration_seconds',
+      'wait_seconds',
       'store_errors_total',
       'block_cache_hits_total',
       'slots_in_flight',
@@ -200,6 +210,10 @@ export class RateLimitMetrics
       if (decision.nearLimit) this.nearLimitCrossed(decision.rule.name);
     }
     if (outcome.conditional.length > 0) this.slotsChanged(outcome.conditional, 1);
+    if (outcome.waitedMs !== undefined) {
+      const rule = outcome.decisions.find((decision) => decision.rule.wait !== undefined)?.rule.name ?? OTHER_RULES;
+      this.waitSeconds.observe({ rule: this.counts.has(rule) ? rule : OTHER_RULES }, outcome.waitedMs / 1000);
+    }
   }
 
   settled(units: readonly ConditionalUnits[]): void {
@@ -244,50 +258,4 @@ export class RateLimitMetrics
     this.counts.set(labelled, byOutcome);
     return byOutcome;
   }
-
-  private liveConfigMetrics(client: PromClient, registers: Registry[], prefix: string, sources: MetricsSources) {
-    if (!sources.liveConfig()) return;
-    const total = (field: 'reloads' | 'refused') => (): [object, number][] => [
-      [{}, sources.liveConfig()?.[field] ?? 0],
-    ];
-    const reloads = 'Full reads of the live limits (at start, after a gap, periodically)';
-    collectedCounter(client, registers, `${prefix}config_reloads_total`, reloads, [], total('reloads'));
-    const refused = 'Live limit values refused as invalid (the last good value stayed)';
-    collectedCounter(client, registers, `${prefix}config_refused_total`, refused, [], total('refused'));
-    new client.Gauge({
-      name: `${prefix}config_in_sync`,
-      help: 'Whether news of every live limit change reaches this instance (1) or may be missed (0)',
-      registers,
-      collect() {
-        this.set(sources.liveConfig()?.inSync ? 1 : 0);
-      },
-    });
-  }
-}
-
-/** A counter whose totals are kept elsewhere, as plain numbers, and brought up to date when it is scraped. */
-function collectedCounter<T extends string>(
-  client: PromClient,
-  registers: Registry[],
-  name: string,
-  help: string,
-  labelNames: readonly T[],
-  totals: () => Iterable<[Partial<Record<T, string>>, number]>,
-): void {
-  const seen = new Map<string, number>();
-  new client.Counter({
-    name,
-    help,
-    labelNames,
-    registers,
-    collect() {
-      for (const [labels, total] of totals()) {
-        const id = JSON.stringify(labels);
-        const last = seen.get(id);
-        // A series is exposed from the first scrape that meets it, at 0 if nothing was counted yet.
-        if (last === undefined || total > last) this.inc(labels, total - (last ?? 0));
-        seen.set(id, total);
-      }
-    },
-  });
 }

@@ -46,6 +46,8 @@ export interface RateLimitRule {
    * admission given back when its request ends); undefined for a rate.
    */
   readonly concurrency?: number;
+  /** How long, and how many, of its requests may wait for room; undefined: refused at once. */
+  readonly wait?: { readonly maxMs: number; readonly maxQueued: number };
   /** A share of the limit whose crossing is reported; undefined: none. */
   readonly nearLimit: number | undefined;
   /** Set for the rule of one of another rule's `tiers`: that tier's name. */
@@ -102,6 +104,7 @@ export function ruleOptions(rule: RateLimitRule): RateLimitOptions {
     delete options.window;
     delete options.algorithm;
   }
+  if (rule.wait !== undefined) options.wait = { ...rule.wait };
   if (rule.configKey !== undefined) options.configKey = rule.configKey;
   if (rule.burst !== undefined) options.burst = rule.burst;
   if (rule.blockMs > 0) options.blockFor = rule.blockMs;

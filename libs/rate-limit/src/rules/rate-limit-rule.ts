@@ -6,6 +6,7 @@ import { AllowList } from './allow-list.js';
 import { describeValue as describe } from './describe-value.js';
 import { SLOT_LEASE_MS, concurrencyOf } from './concurrency-cap.js';
 import { settledCost } from './settle-cost-option.js';
+import { waitOf } from './wait-option.js';
 import { type Fail, RateLimitConfigurationError, type RateLimitRule } from './compiled-rule.js';
 import {
   COUNT_ON,
@@ -69,6 +70,7 @@ export function validateRule(
     );
   }
   // A cap beside a rate on one handler: two rules, two default names.
+  const wait = waitOf(options, windowMs!, fail);
   const name = options.name ?? (concurrency === undefined || !defaultName ? defaultName : `${defaultName}.concurrency`);
   if (typeof name !== 'string' || !RULE_NAME.test(name)) {
     fail('name', 'must be 1 to 64 characters of letters, digits and . _ $ -', options.name);
@@ -178,6 +180,7 @@ export function validateRule(
       countOn !== 'all' || concurrency !== undefined,
     ),
     ...(concurrency === undefined ? {} : { concurrency }),
+    ...(wait === undefined ? {} : { wait }),
   };
 }
 

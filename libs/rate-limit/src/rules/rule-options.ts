@@ -25,6 +25,14 @@ export interface RateLimitOptions {
    * `blockFor`, `countOn`, `lease`, `tiers` or `settleCost`. Its `configKey`'s `count` sets the cap live.
    */
   concurrency?: number;
+  /**
+   * Lets a request past the limit wait for room instead of being refused: up to `maxMs` (ms or a
+   * duration, at most the rule's window, or a minute for a shorter window), admitted in arrival order per
+   * key within an instance as soon as the rule has room. At most `maxQueued` (default 100, at most
+   * 10,000) wait per key and instance; one that would wait longer than `maxMs`, as the store's answer
+   * tells in advance, or finds the queue full, is refused at once. Not with `blockFor` or `lease`.
+   */
+  wait?: { maxMs: number | string; maxQueued?: number };
   /** Key in the config centre whose `count` / `window` override the values above at run time. */
   configKey?: string;
   /**

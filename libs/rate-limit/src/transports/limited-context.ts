@@ -171,6 +171,40 @@ export class ContextRequest implements LimitedRequest {
   userAgent(): string | undefined {
     return userAgentOf(this.context);
   }
+
+  onGone(listener: () => void): () => void {
+    const [emitter, events] = connectionOf(this.context);
+    if (!emitter) return () => undefined;
+    let called = false;
+    const once = () => {
+      if (called) return;
+      called = true;
+      listener();
+    };
+    for (const event of events) emitter.on(event, once);
+    return () => {
+      for (const event of events) emitter.off(event, once);
+    };
+  }
+}
+
+/** Something that tells of its end by an event: a socket, a socket.io or `ws` client. */
+interface Ending {
+  on(event: string, listener: () => void): unknown;
+  off(event: string, listener: () => void): unknown;
+}
+
+/** What tells that a request's client goes, and by which events (those `clientOf` reads as gone). */
+function connectionOf(context: ExecutionContext): [Ending | undefined, readonly string[]] {
+  if (context.getType<string>() === 'ws') {
+    const client = context.switchToWs().getClient<WsClient & Partial<Ending>>();
+    if (typeof client.on !== 'function') return [undefined, []];
+    return [client as Ending, client.handshake ? ['disconnect'] : ['close']];
+  }
+  const request = httpRequestOf(context) as
+    { socket?: Partial<Ending>; raw?: { socket?: Partial<Ending> } } | undefined;
+  const socket = request?.socket ?? request?.raw?.socket;
+  return typeof socket?.on === 'function' ? [socket as Ending, ['close', 'end']] : [undefined, []];
 }
 
 /** What of an Express or a Fastify request says whether the app trusts a proxy. */

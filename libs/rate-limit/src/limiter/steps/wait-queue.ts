@@ -1,0 +1,174 @@
+import type { PreparedRule } from '../prepare-hits.js';
+
+/** Why a waiter stopped waiting before its turn: it would wait too long, or its client went. */
+export type GaveUp = { readonly roomInMs: number } | 'gone';
+
+/** A request waiting behind the head of its key's queue. */
+interface Waiter {
+  /** Its place in arrival order (`WaitStep`'s count of requests). */
+  readonly ticket: number;
+  readonly deadline: number;
+  /** Its turn to ask the store (undefined), or why it stops waiting. */
+  readonly settle: (gaveUp: GaveUp | undefined) => void;
+}
+
+/** How room comes back to a waiting rule: after `roomAt`, `perBatch` requests every `everyMs`. */
+export interface Pace {
+  readonly roomAt: number;
+  readonly everyMs: number;
+  readonly perBatch: number;
+}
+
+/**
+ * The requests of one key waiting in this instance, in arrival order: the head asks the store and
+ * sleeps until room is due; the others wait for their turn without a store call. When the head
+ * learns when room comes (`pace`), each waiter whose turn would come after its deadline is told at
+ * once, and so is a request that arrives to such a place.
+ */
+export class WaitQueue {
+  private readonly behind: Waiter[] = [];
+  /** Whether a head is deciding (asking or sleeping). */
+  private busy = false;
+  private pace: Pace | undefined;
+  private wakeHead: (() => void) | undefined;
+
+  /** Requests waiting: those behind the head, and the head itself. */
+  get size(): number {
+    return this.behind.length + (this.busy ? 1 : 0);
+  }
+
+  get idle(): boolean {
+    return !this.busy && this.behind.length === 0;
+  }
+
+  /**
+   * Resolves when it is this request's turn to ask (undefined: at once when no one is ahead), or
+   * with why it stops waiting first.
+   */
+  turn(
+    ticket: number,
+    deadline: number,
+    now: number,
+    onGone: (listener: () => void) => () => void,
+  ): Promise<GaveUp | undefined> {
+    if (!this.busy) {
+      this.busy = true;
+      return Promise.resolve(undefined);
+    }
+    // In arrival order: requests that asked at once are answered in any order.
+    let place = this.behind.length;
+    while (place > 0 && this.behind[place - 1].ticket > ticket) place -= 1;
+    const due = this.dueAt(place + 1);
+    if (due !== undefined && due > deadline) return Promise.resolve({ roomInMs: due - now });
+    return new Promise((resolve) => {
+      const stop = onGone(() => {
+        this.remove(waiter);
+        resolve('gone');
+      });
+      const waiter: Waiter = {
+        ticket,
+        deadline,
+        settle: (gaveUp) => {
+          stop();
+          resolve(gaveUp);
+        },
+      };
+      this.behind.splice(place, 0, waiter);
+    });
+  }
+
+  /**
+   * For the head about to ask again: a request that arrived before it and got in line after it
+   * (their first answers came in another order) goes first; the head then waits for its turn again.
+   * Undefined when the head is first in arrival order.
+   */
+  giveWay(
+    ticket: number,
+    deadline: number,
+    now: number,
+    onGone: (listener: () => void) => () => void,
+  ): Promise<GaveUp | undefined> | undefined {
+    if (!(this.behind.length > 0 && this.behind[0].ticket < ticket)) return undefined;
+    const earlier = this.behind.shift()!;
+    const turn = this.turn(ticket, deadline, now, onGone);
+    earlier.settle(undefined);
+    return turn;
+  }
+
+  /** The head learned when room comes: waiters who would get it after their deadline are told. */
+  learned(pace: Pace | undefined, now: number): void {
+    this.pace = pace;
+    if (!pace) return;
+    for (let i = this.behind.length - 1; i >= 0; i -= 1) {
+      const due = this.dueAt(i + 1)!;
+      const waiter = this.behind[i];
+      if (due <= waiter.deadline) continue;
+      this.behind.splice(i, 1);
+      waiter.settle({ roomInMs: due - now });
+    }
+  }
+
+  /** Sleeps the head until `ms` have passed, room is released here (`release`), or its client goes. */
+  sleep(ms: number, onGone: (listener: () => void) => () => void): Promise<void> {
+    return new Promise((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        stop();
+        this.wakeHead = undefined;
+        resolve();
+      };
+      const timer = setTimeout(wake, ms);
+      const stop = onGone(wake);
+      this.wakeHead = wake;
+    });
+  }
+
+  /** Room was given back on this instance (a slot, a refund): the head asks again now. */
+  release(): void {
+    this.wakeHead?.();
+  }
+
+  /** The head is done: the next waiter's turn, at once. */
+  next(): void {
+    const waiter = this.behind.shift();
+    if (waiter) waiter.settle(undefined);
+    else {
+      this.busy = false;
+      this.pace = undefined;
+    }
+  }
+
+  /** When the waiter at `place` (1: right behind the head) can expect room; undefined: not known. */
+  private dueAt(place: number): number | undefined {
+    const { pace } = this;
+    if (!pace) return undefined;
+    return pace.roomAt + Math.floor((place - 1) / pace.perBatch) * pace.everyMs;
+  }
+
+  private remove(waiter: Waiter): void {
+    const i = this.behind.indexOf(waiter);
+    if (i >= 0) this.behind.splice(i, 1);
+  }
+}
+
+/**
+ * How room comes back for the rules a head waits on, from the store's refusal: undefined when the
+ * store cannot tell (a cap, whose slots come back as requests end). The slowest rule sets it.
+ */
+export function paceOf(waiting: readonly PreparedRule[], roomInMs: number, now: number): Pace | undefined {
+  if (waiting.some(({ hit }) => hit.slot)) return undefined;
+  let everyMs = 0;
+  let perBatch = Number.POSITIVE_INFINITY;
+  for (const { hit } of waiting) {
+    const perWindow = Math.max(1, Math.floor(hit.limit / Math.max(1, hit.cost)));
+    // A bucket refills unit by unit; a window gives its whole limit back at once.
+    const gradual = hit.algorithm === 'token-bucket' || hit.algorithm === 'gcra';
+    const batch = gradual ? 1 : perWindow;
+    const every = gradual ? hit.windowMs / perWindow : hit.windowMs;
+    if (every / batch > everyMs / perBatch) {
+      everyMs = every;
+      perBatch = batch;
+    }
+  }
+  return { roomAt: now + roomInMs, everyMs, perBatch };
+}
