@@ -136,6 +136,7 @@ export class HitPreparation {
         key: ruleStateKey(this.keyPrefix, rule.keyId, identity, thresholds.algorithm),
         conditional: rule.countOn !== 'all',
         slot: rule.concurrency !== undefined,
+        waitedOn: rule.wait !== undefined,
         algorithm: thresholds.algorithm,
         limit: thresholds.count,
         windowMs: thresholds.windowMs,

@@ -149,7 +149,15 @@ export function limiterSteps(
     // A config key's values may bring an allow list.
     { uses: (rule) => rule.allow !== undefined || rule.configKey !== undefined, make: () => new AllowListStep() },
     // Outside `countOn`'s and the caps': the wait holds a request around their whole decision.
-    { uses: (rule) => rule.wait !== undefined, make: () => new WaitStep() },
+    {
+      uses: (rule) => rule.wait !== undefined,
+      make: () => {
+        const step = new WaitStep();
+        // Room given back on other instances (refunds, slots) wakes the waiters here.
+        store.watchLiftedKeys({ lifted: (keys) => step.released(keys), listening: () => undefined });
+        return step;
+      },
+    },
     { uses: (rule) => rule.countOn !== 'all', make: () => new CountOnStep(options.countOn.inFlightWaitMs) },
     // After `countOn`'s, whose units it adds its slots to.
     {

@@ -210,9 +210,10 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
   async settle(settlements: readonly RateLimitSettlement[]): Promise<void> {
     await this.calls.settle(settlements);
     // Counts taken back (a Cluster slot's after another refused) may admit again: every instance's
-    // block cache lets them go. (`countOn` rules and caps are never cached.)
+    // block cache lets them go (`countOn` rules and caps are never cached), and requests waiting for
+    // room (`wait`) ask again.
     await this.redis.news.announceLifted(
-      settlements.flatMap(({ hit, refund }) => (refund && !givenBack(hit) ? [hit.key] : [])),
+      settlements.flatMap(({ hit, refund }) => (refund && (!givenBack(hit) || hit.waitedOn) ? [hit.key] : [])),
     );
   }
 

@@ -44,6 +44,12 @@ export interface RateLimitHit {
    */
   slot?: boolean;
   /**
+   * Requests wait for room under this hit's rule (`wait`): a shared store tells every instance when
+   * its count falls by a refund, a slot given back included (`watchLiftedKeys`), so that their
+   * waiters ask again. A store of your own may ignore it: waiters then ask again on their own.
+   */
+  waitedOn?: boolean;
+  /**
    * A `settleCost` rule's admission: the most it may yet be charged past its cost
    * (`settleCost.max` less `cost`). Until settled (a window at most) it counts against the identity's other admissions, so
    * requests in flight together cannot overdraw the budget by more than one of them. Undefined for
