@@ -126,6 +126,34 @@ describeStores('the demo app’s documented endpoints', (store) => {
     expect(await statuses(app, '/hot', 20)).toEqual([...repeat(200, 19), 429]);
   });
 
+  it('GET /geocode: 5 a second for the app; the others wait for room, and those past 3 s are refused at once', async () => {
+    await start();
+    await app.listen(0, '127.0.0.1');
+    const url = `${await app.getUrl()}/geocode?q=Porto`;
+    const send = (count: number) =>
+      Promise.all(
+        Array.from({ length: count }, async () => {
+          const sent = performance.now();
+          const response = await fetch(url);
+          await response.arrayBuffer();
+          return {
+            status: response.status,
+            ms: performance.now() - sent,
+            timing: response.headers.get('server-timing'),
+          };
+        }),
+      );
+    // Three seconds' worth at most: all admitted, the last ten after waiting.
+    const few = await send(12);
+    expect(few.map(({ status }) => status)).toEqual(repeat(200, 12));
+    expect(few.filter(({ timing }) => timing?.startsWith('rate-limit-wait;dur=')).length).toBeGreaterThanOrEqual(7);
+    // More than 3 s' worth: the latecomers learn it at once.
+    const many = await send(40);
+    const refused = many.filter(({ status }) => status === 429);
+    expect(refused.length).toBeGreaterThanOrEqual(20);
+    expect(refused.filter(({ ms }) => ms < 500).length).toBeGreaterThanOrEqual(20);
+  }, 20_000);
+
   it('GET /health: exempt, and reports the limiter (terminus)', async () => {
     await start();
     expect(await statuses(app, '/health', 30)).toEqual(repeat(200, 30));

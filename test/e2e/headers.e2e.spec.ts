@@ -32,6 +32,15 @@ class AuthAfterLimitController {
   }
 }
 
+@Controller('headers-waited')
+class WaitedController {
+  @Get()
+  @RateLimit({ count: 1, window: '300ms', by: 'global', wait: { maxMs: '1s' } })
+  get() {
+    return { ok: true };
+  }
+}
+
 const RATE_LIMIT_HEADERS = /^(x-)?ratelimit/;
 
 describePlatforms('rate-limit header styles', (platform) => {
@@ -110,5 +119,26 @@ describe('the headers option at bootstrap', () => {
       RateLimitConfigurationError,
     );
     expect(() => RateLimitModule.forRoot({ headers: 'draft-99' as RateLimitHeaderStyle })).toThrow(/'headers' must be/);
+  });
+});
+
+describePlatforms('the time a request waited for room', (platform) => {
+  let app: INestApplication;
+  afterEach(() => app?.close());
+
+  it('is its Server-Timing: rate-limit-wait, in ms; a request that did not wait has none', async () => {
+    app = await createTestApp({ platform, controllers: [WaitedController], rateLimit: { keyPrefix: uniquePrefix() } });
+    await app.listen(0, '127.0.0.1');
+    const server = app.getHttpServer();
+    const [first, second] = await Promise.all([
+      request(server).get('/headers-waited'),
+      request(server).get('/headers-waited'),
+    ]);
+    expect([first.status, second.status]).toEqual([200, 200]);
+    const timings = [first, second].map((response) => response.headers['server-timing']);
+    expect(timings.filter((timing) => timing === undefined)).toHaveLength(1);
+    const waited = /^rate-limit-wait;dur=(\d+)$/.exec(timings.find((timing) => timing !== undefined)!);
+    expect(Number(waited![1])).toBeGreaterThanOrEqual(200);
+    expect(Number(waited![1])).toBeLessThan(1_000);
   });
 });

@@ -80,14 +80,27 @@ class ArrivalModule {
   }
 }
 
-/** `count` requests sent at once: each one's status and how long its answer took, in ms. */
-async function sendAtOnce(url: string, count: number): Promise<{ status: number; ms: number }[]> {
+interface Answer {
+  status: number;
+  /** How long the answer took, in ms. */
+  ms: number;
+  /** The time it waited for room, as its `Server-Timing` header says; undefined when it has none. */
+  waitedMs: number | undefined;
+}
+
+/** `count` requests sent at once, and their answers. */
+async function sendAtOnce(url: string, count: number): Promise<Answer[]> {
   return Promise.all(
     Array.from({ length: count }, async () => {
       const sent = performance.now();
       const response = await fetch(url);
       await response.arrayBuffer();
-      return { status: response.status, ms: performance.now() - sent };
+      const timing = /rate-limit-wait;dur=(\d+)/.exec(response.headers.get('server-timing') ?? '');
+      return {
+        status: response.status,
+        ms: performance.now() - sent,
+        waitedMs: timing ? Number(timing[1]) : undefined,
+      };
     }),
   );
 }
@@ -123,6 +136,11 @@ describeStores('waiting for room instead of a refusal (wait)', (store) => {
     expect(order).toEqual([...order].sort((a, b) => a - b));
     // About 9 s: the tenth batch of ten, a second after the ninth.
     expect(Math.max(...answers.map(({ ms }) => ms))).toBeLessThan(12_000);
+    // Those that waited say how long: the first ten did not; the last ten, about 9 s.
+    const waited = answers.filter(({ waitedMs }) => waitedMs !== undefined);
+    expect(waited.length).toBeGreaterThanOrEqual(80);
+    for (const { waitedMs, ms } of waited) expect(waitedMs).toBeLessThanOrEqual(ms);
+    expect(Math.max(...waited.map(({ waitedMs }) => waitedMs!))).toBeGreaterThanOrEqual(8_000);
   }, 30_000);
 
   it('with 2 s of waiting, refuses at once those whose turn would come later, and makes none wait past 2 s', async () => {

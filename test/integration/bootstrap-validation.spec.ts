@@ -106,6 +106,7 @@ describe('bad rule options fail at bootstrap, naming Controller.method and the f
     [{ concurrency: 5, countOn: 'failure' }, 'countOn', "does not apply to a 'concurrency' cap"],
     [{ concurrency: 5, cost: 6 }, 'cost', 'is more than the rule admits at once (5)'],
     [{}, 'count', "must be a positive whole number (or 'concurrency' for a cap on requests in flight), got undefined"],
+    [{ wait: { maxMs: 500 } }, 'wait', "needs a limit to wait for: 'count' and 'window', or 'concurrency'"],
   ])('rejects a concurrency cap that cannot work: %j', async (options, field, problem) => {
     const error = await bootstrapError(controllerWith(options));
     expect(error.message).toContain(`@RateLimit on BadController.handler: '${field}' ${problem}`);

@@ -15,6 +15,7 @@ import { OrdersController } from './orders.controller.js';
 import { PlansController } from './plans.controller.js';
 import { CompletionsController } from './completions.controller.js';
 import { ExportsController } from './exports.controller.js';
+import { GeocodeController } from './geocode.controller.js';
 import { NearLimitDigest } from './near-limit-digest.js';
 
 // One line per rule at once and a sum per 10 s: a flood of tenants near their limits writes no line each.
@@ -73,6 +74,7 @@ const nearLimitLog = new NearLimitDigest(new Logger('NearLimit'), 10_000);
     FeaturesController,
     JobsController,
     ExportsController,
+    GeocodeController,
     HealthController,
     AdminController,
   ],

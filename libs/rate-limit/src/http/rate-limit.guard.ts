@@ -235,6 +235,10 @@ export class RateLimitGuard implements CanActivate, OnApplicationBootstrap {
         else httpAdapter.setHeader(response, headers[i], headers[i + 1]);
       }
     }
+    // The time waited for room (`wait`), where browsers' tools and tracing read a server's timings.
+    if (outcome.waitedMs !== undefined && !headersSent(response)) {
+      this.adapterHost.httpAdapter.appendHeader(response, 'Server-Timing', `rate-limit-wait;dur=${outcome.waitedMs}`);
+    }
     if (outcome.allowed) {
       if (outcome.conditional.length > 0) settleWhenResponseEnds(outcome, response, this.limiter);
       if (eventStream) endEventStreamWhenClientLeaves(context);

@@ -56,6 +56,9 @@ export function validateRule(
   if (options === null || typeof options !== 'object') fail('options', 'must be an object', options);
 
   const concurrency = concurrencyOf(options, fail);
+  if (options.wait !== undefined && options.count === undefined && concurrency === undefined) {
+    fail('wait', "needs a limit to wait for: 'count' and 'window', or 'concurrency'", options.wait);
+  }
   const count = concurrency ?? parseCount(options.count);
   if (count === undefined || (concurrency === undefined && typeof options.count !== 'number')) {
     const or = options.count === undefined ? " (or 'concurrency' for a cap on requests in flight)" : '';
