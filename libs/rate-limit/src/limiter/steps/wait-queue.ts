@@ -31,6 +31,8 @@ export class WaitQueue {
   private busy = false;
   private pace: Pace | undefined;
   private wakeHead: (() => void) | undefined;
+  /** Room was given back while the head's call was out: its answer may predate it. */
+  private releasedWhileAsking = false;
 
   /** Requests waiting: those behind the head, and the head itself. */
   get size(): number {
@@ -108,8 +110,17 @@ export class WaitQueue {
     }
   }
 
+  /** The head asks the store: a release from now on may not be in its answer. */
+  asking(): void {
+    this.releasedWhileAsking = false;
+  }
+
   /** Sleeps the head until `ms` have passed, room is released here (`release`), or its client goes. */
   sleep(ms: number, onGone: (listener: () => void) => () => void): Promise<void> {
+    if (this.releasedWhileAsking) {
+      this.releasedWhileAsking = false;
+      return Promise.resolve();
+    }
     return new Promise((resolve) => {
       const wake = () => {
         clearTimeout(timer);
@@ -123,9 +134,10 @@ export class WaitQueue {
     });
   }
 
-  /** Room was given back on this instance (a slot, a refund): the head asks again now. */
+  /** Room was given back (a slot, a refund, here or as the store's news tells): the head asks again now. */
   release(): void {
-    this.wakeHead?.();
+    if (this.wakeHead) this.wakeHead();
+    else if (this.busy) this.releasedWhileAsking = true;
   }
 
   /** The head is done: the next waiter's turn, at once. */

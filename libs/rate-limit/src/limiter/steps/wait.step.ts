@@ -8,8 +8,6 @@ import { type GaveUp, WaitQueue, paceOf } from './wait-queue.js';
 
 /** Requests waiting in one instance over every key: past it, a request is refused at once. */
 const MAX_WAITERS = 10_000;
-/** A cap says nothing of when a slot frees: its head asks again after this, doubling, up to 16 times it. */
-const SLOT_RETRY_MS = 25;
 /** Spread over the instances' heads that wake for the same room, so that none always comes first. */
 const JITTER_MS = 20;
 
@@ -17,7 +15,7 @@ const JITTER_MS = 20;
  * Rules with `wait`: a request they would refuse waits for room instead, up to `wait.maxMs`, in
  * arrival order per key within this instance (`WaitQueue`). The head of a key's queue asks the
  * store and sleeps until the refusal's reset (a rate), or until a slot is given back here or a short
- * retry (a cap); the others wait for their turn, without a store call. A request that would wait
+ * cap's retry time (a second); the others wait for their turn, without a store call. A request that would wait
  * past its `maxMs` by the store's answer, or finds its key's queue full, is refused at once; one
  * whose client leaves stops waiting and is refused, holding nothing. Rules without `wait` refuse as
  * ever: a refusal by one of them is final. How long a request waited is `outcome.waitedMs`.
@@ -90,6 +88,7 @@ export class WaitStep implements LimiterStep {
   ): Promise<ResilientConsumption> {
     const { ticket, deadline, started, known } = head;
     for (let attempt = 0; ; attempt += 1) {
+      if (attempt > 0 || !known) queue.asking();
       const consumption = attempt === 0 && known ? known : await next(prepared);
       const now = performance.now();
       const roomInMs = consumption.storeError ? undefined : roomIn(prepared, consumption);
@@ -101,7 +100,9 @@ export class WaitStep implements LimiterStep {
       queue.learned(pace, now);
       // Known to come too late: refused now, not at the deadline.
       if (pace && pace.roomAt > deadline) return consumption;
-      const sleepMs = pace ? roomInMs + Math.random() * JITTER_MS : SLOT_RETRY_MS * 2 ** Math.min(attempt, 4);
+      // A cap's refusal says to retry in a second: sooner, a slot given back wakes the head (here,
+      // or on another instance as the store's news tells).
+      const sleepMs = roomInMs + Math.random() * JITTER_MS;
       const onGone = request ? (listener: () => void) => request.onGone(listener) : neverGone;
       await queue.sleep(Math.max(0, Math.min(sleepMs, deadline - now)), onGone);
       const gaveUp = await queue.giveWay(ticket, deadline, performance.now(), onGone);
