@@ -46,23 +46,25 @@ export class WaitStep implements LimiterStep {
     const onGone = request ? (listener: () => void) => request.onGone(listener) : neverGone;
     // The head of a queue made just now: `first` is its answer already.
     const known = queue.idle ? first : undefined;
-    let gaveUp: GaveUp | undefined;
-    if (queue.size >= Math.min(...waiting.map(({ rule }) => rule.wait!.maxQueued)) || this.waiters >= MAX_WAITERS) {
-      gaveUp = { roomInMs: 1_000 };
-    } else {
-      this.waiters += 1;
-      gaveUp = await queue.turn(ticket, deadline, started, onGone).finally(() => (this.waiters -= 1));
-    }
-    if (gaveUp) {
+    const maxQueued = Math.min(...waiting.map(({ rule }) => rule.wait!.maxQueued));
+    if (queue.size >= maxQueued || this.waiters >= MAX_WAITERS) {
       if (queue.idle) this.queues.delete(key);
-      return first ?? refusedUnasked(prepared, waiting, gaveUp);
+      return first ?? refusedUnasked(prepared, waiting, { roomInMs: 1_000 });
     }
-    const head: HeadOf = { ticket, deadline, started, known, heading: true };
+    // Counted until it leaves, as the head too: heads of many keys are waiters as much as those behind.
+    this.waiters += 1;
     try {
-      return await this.asHead(prepared, waiting, next, queue, head, request);
+      const gaveUp = await queue.turn(ticket, deadline, started, onGone);
+      if (gaveUp) return first ?? refusedUnasked(prepared, waiting, gaveUp);
+      const head: HeadOf = { ticket, deadline, started, known, heading: true };
+      try {
+        return await this.asHead(prepared, waiting, next, queue, head, request);
+      } finally {
+        // The next one's turn; unless this one gave way and then stopped waiting before its turn came.
+        if (head.heading) queue.next();
+      }
     } finally {
-      // The next one's turn; unless this one gave way and then stopped waiting before its turn came.
-      if (head.heading) queue.next();
+      this.waiters -= 1;
       if (queue.idle) this.queues.delete(key);
     }
   }
