@@ -26,15 +26,37 @@ const slot = {
   onStart: (_from: string) => undefined as void,
 };
 
+async function holdSlot(from: string) {
+  slot.started.set(from, performance.now());
+  slot.onStart(from);
+  await slot.gate;
+  return {};
+}
+
 @Controller('capped')
 class CappedController {
   @Get()
   @RateLimit({ concurrency: 1, by: 'global', wait: { maxMs: '5s' } })
-  async run(@Query('from') from: string) {
-    slot.started.set(from, performance.now());
-    slot.onStart(from);
-    await slot.gate;
-    return {};
+  run(@Query('from') from: string) {
+    return holdSlot(from);
+  }
+}
+
+/** A rate and a cap on one handler, both waiting, in either order. */
+@Controller('paired')
+class PairedController {
+  @Get('rate-first')
+  @RateLimit({ name: 'paired-rate-a', count: 100, window: '1m', by: 'global', wait: { maxMs: '5s' } })
+  @RateLimit({ name: 'paired-cap-a', concurrency: 1, by: 'global', wait: { maxMs: '5s' } })
+  rateFirst(@Query('from') from: string) {
+    return holdSlot(from);
+  }
+
+  @Get('cap-first')
+  @RateLimit({ name: 'paired-cap-b', concurrency: 1, by: 'global', wait: { maxMs: '5s' } })
+  @RateLimit({ name: 'paired-rate-b', count: 100, window: '1m', by: 'global', wait: { maxMs: '5s' } })
+  capFirst(@Query('from') from: string) {
+    return holdSlot(from);
   }
 }
 
@@ -48,7 +70,7 @@ describe('waiting across two instances of one Redis', () => {
     prefix = uniquePrefix();
     for (const name of ['a', 'b']) {
       const app = await createTestApp({
-        controllers: [SharedController, CappedController],
+        controllers: [SharedController, CappedController, PairedController],
         rateLimit: { redis: server.url, keyPrefix: prefix },
       });
       await app.listen(0, '127.0.0.1');
@@ -78,35 +100,65 @@ describe('waiting across two instances of one Redis', () => {
     expect(firstHalf.filter((from) => from === 'b').length).toBeGreaterThanOrEqual(10);
   }, 30_000);
 
-  it('a slot given back on one instance wakes a request waiting for it on another at once, not at its next retry', async () => {
-    // Every command Redis receives under this test's keys, as it receives it.
+  /** Every command Redis receives under this test's keys calls `onCommand`, as Redis receives it. */
+  async function watchCommands(): Promise<{ next: () => Promise<void>; stop: () => void }> {
     const watcher = new Redis(server.url);
     const monitor = await watcher.monitor();
     let onCommand = () => undefined as void;
     monitor.on('monitor', (_time: string, args: string[]) => {
       if (args.some((arg) => arg.startsWith(prefix))) onCommand();
     });
-    const event = (arm: (done: () => void) => void) => new Promise<void>((resolve) => arm(resolve));
+    return {
+      next: () =>
+        new Promise<void>((resolve) => {
+          onCommand = () => {
+            onCommand = () => undefined;
+            resolve();
+          };
+        }),
+      stop: () => watcher.disconnect(),
+    };
+  }
+
+  /**
+   * A request to `holderUrl` takes the one slot and holds it; one to `waiterUrl` asks, is refused
+   * (a cap's refusal says to retry in a second) and waits; the slot is given back. How long after
+   * that the waiter's handler started, in ms.
+   */
+  async function wokenAfter(holderUrl: string, waiterUrl: string, trial: string): Promise<number> {
+    const commands = await watchCommands();
     try {
-      for (let trial = 0; trial < 3; trial += 1) {
-        slot.gate = new Promise((resolve) => (slot.open = resolve));
-        // a's request takes the slot and holds it.
-        const aStarted = event((done) => (slot.onStart = (from) => from === `a${trial}` && done()));
-        const a = fetch(`${apps[0].base}/capped?from=a${trial}`);
-        await aStarted;
-        // b's asks, is refused, and waits: a cap's refusal says to retry in a second.
-        const bAsked = event((done) => (onCommand = done));
-        const b = fetch(`${apps[1].base}/capped?from=b${trial}`);
-        await bAsked;
-        onCommand = () => undefined;
-        const opened = performance.now();
-        slot.open();
-        expect([(await a).status, (await b).status]).toEqual([200, 200]);
-        // Woken by a's release as the store's news told b's instance, well before that second.
-        expect(slot.started.get(`b${trial}`)! - opened).toBeLessThan(500);
-      }
+      slot.gate = new Promise((resolve) => (slot.open = resolve));
+      const holderIn = new Promise<void>((resolve) => (slot.onStart = (from) => from === `h${trial}` && resolve()));
+      const holder = fetch(`${holderUrl}?from=h${trial}`);
+      await holderIn;
+      const asked = commands.next();
+      const waiter = fetch(`${waiterUrl}?from=w${trial}`);
+      await asked;
+      const opened = performance.now();
+      slot.open();
+      expect([(await holder).status, (await waiter).status]).toEqual([200, 200]);
+      return slot.started.get(`w${trial}`)! - opened;
     } finally {
-      watcher.disconnect();
+      commands.stop();
+    }
+  }
+
+  it('a slot given back on one instance wakes a request waiting for it on another at once, not at its next retry', async () => {
+    for (let trial = 0; trial < 3; trial += 1) {
+      // Woken by the holder's release as the store's news told the waiter's instance.
+      expect(await wokenAfter(`${apps[0].base}/capped`, `${apps[1].base}/capped`, `x${trial}`)).toBeLessThan(500);
     }
   }, 30_000);
+
+  it.each(['rate-first', 'cap-first'])(
+    'a rate and a cap waiting on one handler (%s): the slot given back wakes the waiter at once, whichever keys its queue',
+    async (route) => {
+      const url = `${apps[0].base}/paired/${route}`;
+      for (let trial = 0; trial < 3; trial += 1) {
+        expect(await wokenAfter(url, url, `${route}${trial}`)).toBeLessThan(500);
+      }
+    },
+    30_000,
+  );
 });

@@ -77,8 +77,13 @@ describe('bad rule options fail at bootstrap, naming Controller.method and the f
     [{ wait: 2_000 }, 'wait', 'must be { maxMs, maxQueued? }'],
     [{ wait: {} }, 'wait.maxMs', 'is required: the longest a request may wait for room'],
     [{ wait: { maxMs: 'soon' } }, 'wait.maxMs', "must be a positive duration such as 2000 or '2s'"],
-    [{ wait: { maxMs: '2m' } }, 'wait.maxMs', "is longer than the rule's window, or a minute for a shorter window"],
+    [{ wait: { maxMs: '2m' } }, 'wait.maxMs', "is longer than the rule's window (a minute for a shorter one"],
     [{ window: '1h', wait: { maxMs: '2h' } }, 'wait.maxMs', "is longer than the rule's window"],
+    [
+      { window: '1d', wait: { maxMs: '2h' } },
+      'wait.maxMs',
+      "is longer than the rule's window (a minute for a shorter one, an hour at most: 3600000 ms here)",
+    ],
     [{ wait: { maxMs: 500, maxQueued: 0 } }, 'wait.maxQueued', 'must be a whole number of requests from 1 to 10000'],
     [
       { wait: { maxMs: 500, maxQueued: 10_001 } },
@@ -87,6 +92,7 @@ describe('bad rule options fail at bootstrap, naming Controller.method and the f
     ],
     [{ wait: { maxMs: 500 }, blockFor: '1m' }, 'wait', "cannot be combined with 'blockFor'"],
     [{ wait: { maxMs: 500 }, lease: 2 }, 'wait', "cannot be combined with 'lease'"],
+    [{ wait: { maxMs: 500 }, countOn: 'failure' }, 'wait', "cannot be combined with 'countOn'"],
   ])('rejects a wait that cannot work: %j', async (options, field, problem) => {
     const error = await bootstrapError(controllerWith({ count: 5, window: '1s', ...options }));
     expect(error.message).toContain(`@RateLimit on BadController.handler: '${field}' ${problem}`);

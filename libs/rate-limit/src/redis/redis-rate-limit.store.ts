@@ -1,3 +1,4 @@
+import { describeError } from '../logging/describe-error.js';
 import type { StoreProblemLog } from '../logging/store-problem-log.js';
 import {
   givenBack,
@@ -212,9 +213,15 @@ export class RedisRateLimitStore extends RateLimitStore implements LostWriteRepa
     // Counts taken back (a Cluster slot's after another refused) may admit again: every instance's
     // block cache lets them go (`countOn` rules and caps are never cached), and requests waiting for
     // room (`wait`) ask again.
-    await this.redis.news.announceLifted(
-      settlements.flatMap(({ hit, refund }) => (refund && (!givenBack(hit) || hit.waitedOn) ? [hit.key] : [])),
-    );
+    // The units are settled whatever becomes of the news: a failed announcement is said, not thrown.
+    await this.redis.news
+      .announceLifted(
+        settlements.flatMap(({ hit, refund }) => (refund && (!givenBack(hit) || hit.waitedOn) ? [hit.key] : [])),
+      )
+      .catch((error: unknown) => {
+        const reason = describeError(error);
+        this.problems.report(`announce:${reason}`, `Telling other instances of units given back failed (${reason})`);
+      });
   }
 
   /** One call per slot: an instance holds few, each renewed a few times a lease. */

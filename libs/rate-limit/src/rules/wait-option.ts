@@ -6,6 +6,8 @@ import type { RateLimitOptions } from './rule-options.js';
 export const DEFAULT_MAX_QUEUED = 100;
 /** The longest wait of a rule whose window is shorter: a few windows of a rate per second. */
 export const SHORT_WINDOW_WAIT_MS = 60_000;
+/** The longest wait of any rule: a request waiting longer is a job for a queue of the app's own. */
+export const LONGEST_WAIT_MS = 3_600_000;
 /** The most `wait.maxQueued` may be: each waiter holds a request, a socket and a timer. */
 export const MAX_QUEUED = 10_000;
 
@@ -29,11 +31,11 @@ export function waitOf(options: RateLimitOptions, windowMs: number, fail: Fail):
   if (maxMs === undefined) fail('wait.maxMs', "must be a positive duration such as 2000 or '2s'", given.maxMs);
   // Past its window a rule has given all its room back several times: a wait that long is a queue
   // the app should hold itself. A short window may still make a request wait a few of them.
-  const longest = Math.max(windowMs, SHORT_WINDOW_WAIT_MS);
+  const longest = Math.min(Math.max(windowMs, SHORT_WINDOW_WAIT_MS), LONGEST_WAIT_MS);
   if (maxMs! > longest) {
     fail(
       'wait.maxMs',
-      `is longer than the rule's window, or a minute for a shorter window (${longest} ms here)`,
+      `is longer than the rule's window (a minute for a shorter one, an hour at most: ${longest} ms here)`,
       given.maxMs,
     );
   }
@@ -44,5 +46,8 @@ export function waitOf(options: RateLimitOptions, windowMs: number, fail: Fail):
   // A penalty refuses for its length whatever frees up; a leased unit is decided without the store.
   if (options.blockFor !== undefined) fail('wait', "cannot be combined with 'blockFor'", given);
   if (options.lease !== undefined) fail('wait', "cannot be combined with 'lease'", given);
+  // Its refusals wait on admissions in flight already (`countOn.inFlightWaitMs`), outside this wait's time.
+  if (options.countOn !== undefined && options.countOn !== 'all')
+    fail('wait', "cannot be combined with 'countOn'", given);
   return { maxMs: maxMs!, maxQueued };
 }

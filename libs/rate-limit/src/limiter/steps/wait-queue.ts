@@ -1,5 +1,8 @@
 import type { PreparedRule } from '../prepare-hits.js';
 
+/** When a request out of time may try again, where nothing foretells room: a cap's retry time. */
+export const OUT_OF_TIME_RETRY_MS = 1_000;
+
 /** Why a waiter stopped waiting before its turn: it would wait too long, or its client went. */
 export type GaveUp = { readonly roomInMs: number } | 'gone';
 
@@ -27,6 +30,10 @@ export interface Pace {
  */
 export class WaitQueue {
   private readonly behind: Waiter[] = [];
+
+  /** @param keys the keys of the waiting rules: room given back on any may admit the head. */
+  constructor(readonly keys: readonly string[]) {}
+
   /** Whether a head is deciding (asking or sleeping). */
   private busy = false;
   private pace: Pace | undefined;
@@ -62,19 +69,25 @@ export class WaitQueue {
     while (place > 0 && this.behind[place - 1].ticket > ticket) place -= 1;
     const due = this.dueAt(place + 1);
     if (due !== undefined && due > deadline) return Promise.resolve({ roomInMs: due - now });
+    let timer: NodeJS.Timeout | undefined;
+    let stop: (() => void) | undefined;
     return new Promise((resolve) => {
-      const stop = onGone(() => {
-        this.remove(waiter);
-        resolve('gone');
-      });
       const waiter: Waiter = {
         ticket,
         deadline,
         settle: (gaveUp) => {
-          stop();
+          clearTimeout(timer);
+          stop?.();
           resolve(gaveUp);
         },
       };
+      const leave = (gaveUp: GaveUp) => {
+        this.remove(waiter);
+        waiter.settle(gaveUp);
+      };
+      // Its own deadline: the head's answers foretell a rate's room, never a cap's.
+      timer = setTimeout(() => leave({ roomInMs: OUT_OF_TIME_RETRY_MS }), Math.max(0, deadline - performance.now()));
+      stop = onGone(() => leave('gone'));
       this.behind.splice(place, 0, waiter);
     });
   }
@@ -154,7 +167,8 @@ export class WaitQueue {
   private dueAt(place: number): number | undefined {
     const { pace } = this;
     if (!pace) return undefined;
-    return pace.roomAt + Math.floor((place - 1) / pace.perBatch) * pace.everyMs;
+    // The head takes the first of the room at `roomAt`; `place` requests come before this one.
+    return pace.roomAt + Math.floor(place / pace.perBatch) * pace.everyMs;
   }
 
   private remove(waiter: Waiter): void {

@@ -4,7 +4,7 @@ import type { LimitedRequest } from '../limited-request.js';
 import type { Consume, LimiterStep } from '../limiter-step.js';
 import type { PreparedRule } from '../prepare-hits.js';
 import type { RateLimitOutcome } from '../rate-limit-outcome.js';
-import { type GaveUp, WaitQueue, paceOf } from './wait-queue.js';
+import { type GaveUp, OUT_OF_TIME_RETRY_MS, WaitQueue, paceOf } from './wait-queue.js';
 
 /** Requests waiting in one instance over every key: past it, a request is refused at once. */
 const MAX_WAITERS = 10_000;
@@ -14,17 +14,24 @@ const JITTER_MS = 20;
 /**
  * Rules with `wait`: a request they would refuse waits for room instead, up to `wait.maxMs`, in
  * arrival order per key within this instance (`WaitQueue`). The head of a key's queue asks the
- * store and sleeps until the refusal's reset (a rate), or until a slot is given back here or a short
- * cap's retry time (a second); the others wait for their turn, without a store call. A request that would wait
- * past its `maxMs` by the store's answer, or finds its key's queue full, is refused at once; one
- * whose client leaves stops waiting and is refused, holding nothing. Rules without `wait` refuse as
- * ever: a refusal by one of them is final. How long a request waited is `outcome.waitedMs`.
+ * store and sleeps until the refusal's reset (a rate), or until room is given back (here, or on
+ * another instance as the store's news tells) or the cap's retry time of a second (a cap); the
+ * others wait for their turn, without a store call. A request that would wait past its `maxMs` by
+ * the store's answer, or finds its key's queue full, is refused at once; one whose client leaves
+ * stops waiting and is refused, holding nothing. Rules without `wait` refuse as ever: a refusal by
+ * one of them is final. How long a request waited is `outcome.waitedMs`.
  */
 export class WaitStep implements LimiterStep {
+  /** Each queue, by the key of its requests' first waiting rule. */
   private readonly queues = new Map<string, WaitQueue>();
+  /** The queues whose requests wait on each key (a cap shared by several queues' keys among them): whom its room wakes. */
+  private readonly wakes = new Map<string, Set<WaitQueue>>();
+  /** Requests waiting, heads included. */
   private waiters = 0;
   /** Requests that came with a waiting rule, counted: their order of arrival. */
   private arrivals = 0;
+  /** Room given back, counted: a release while a request's first call was out may not be in its answer. */
+  private releases = 0;
   private readonly waited = new WeakMap<ResilientConsumption, number>();
 
   async consume(
@@ -37,25 +44,28 @@ export class WaitStep implements LimiterStep {
     const started = performance.now();
     const ticket = (this.arrivals += 1);
     const key = waiting[0].hit.key;
+    const releases = this.releases;
     // While no one of this key waits here, a request asks at once: a queue only orders waiters.
     const first = this.queues.has(key) ? undefined : await next(prepared);
     if (first && (first.allowed || first.storeError || roomIn(prepared, first) === undefined)) return first;
+    const maxQueued = Math.min(...waiting.map(({ rule }) => rule.wait!.maxQueued));
     let queue = this.queues.get(key);
-    if (!queue) this.queues.set(key, (queue = new WaitQueue()));
+    // Gone already (its close will not come again), or no room to wait in.
+    if (request?.gone()) return first ?? refusedUnasked(prepared, waiting, 'gone');
+    if ((queue && queue.size >= maxQueued) || this.waiters >= MAX_WAITERS) {
+      return first ?? refusedUnasked(prepared, waiting, { roomInMs: OUT_OF_TIME_RETRY_MS });
+    }
+    if (!queue) queue = this.open(key, waiting, this.releases !== releases);
     const deadline = started + Math.min(...waiting.map(({ rule }) => rule.wait!.maxMs));
     const onGone = request ? (listener: () => void) => request.onGone(listener) : neverGone;
     // The head of a queue made just now: `first` is its answer already.
     const known = queue.idle ? first : undefined;
-    const maxQueued = Math.min(...waiting.map(({ rule }) => rule.wait!.maxQueued));
-    if (queue.size >= maxQueued || this.waiters >= MAX_WAITERS) {
-      if (queue.idle) this.queues.delete(key);
-      return first ?? refusedUnasked(prepared, waiting, { roomInMs: 1_000 });
-    }
     // Counted until it leaves, as the head too: heads of many keys are waiters as much as those behind.
     this.waiters += 1;
     try {
       const gaveUp = await queue.turn(ticket, deadline, started, onGone);
-      if (gaveUp) return first ?? refusedUnasked(prepared, waiting, gaveUp);
+      if (gaveUp)
+        return first ? this.waitedFor(first, started) : this.stoppedWaiting(prepared, waiting, gaveUp, started);
       const head: HeadOf = { ticket, deadline, started, known, heading: true };
       try {
         return await this.asHead(prepared, waiting, next, queue, head, request);
@@ -65,7 +75,7 @@ export class WaitStep implements LimiterStep {
       }
     } finally {
       this.waiters -= 1;
-      if (queue.idle) this.queues.delete(key);
+      if (queue.idle) this.discard(key, queue);
     }
   }
 
@@ -74,9 +84,32 @@ export class WaitStep implements LimiterStep {
     if (waitedMs !== undefined) outcome.waitedMs = waitedMs;
   }
 
-  /** Room given back here (a slot, a refund, a reset): the heads waiting on those keys ask again. */
+  /** Room given back (a slot, a refund, a reset): the heads waiting on those keys ask again. */
   released(keys: readonly string[]): void {
-    for (const key of keys) this.queues.get(key)?.release();
+    this.releases += 1;
+    for (const key of keys) for (const queue of this.wakes.get(key) ?? []) queue.release();
+  }
+
+  /** A queue for `key`, woken by room on any of its waiting rules' keys. */
+  private open(key: string, waiting: readonly PreparedRule[], releasedMeanwhile: boolean): WaitQueue {
+    const queue = new WaitQueue(waiting.map(({ hit }) => hit.key));
+    this.queues.set(key, queue);
+    for (const wakeKey of queue.keys) {
+      let queues = this.wakes.get(wakeKey);
+      if (!queues) this.wakes.set(wakeKey, (queues = new Set()));
+      queues.add(queue);
+    }
+    if (releasedMeanwhile) queue.release();
+    return queue;
+  }
+
+  private discard(key: string, queue: WaitQueue): void {
+    if (this.queues.get(key) === queue) this.queues.delete(key);
+    for (const wakeKey of queue.keys) {
+      const queues = this.wakes.get(wakeKey);
+      queues?.delete(queue);
+      if (queues?.size === 0) this.wakes.delete(wakeKey);
+    }
   }
 
   /** Asks, and while only waiting rules refuse and time is left, sleeps until room may be there. */
@@ -90,18 +123,25 @@ export class WaitStep implements LimiterStep {
   ): Promise<ResilientConsumption> {
     const { ticket, deadline, started, known } = head;
     for (let attempt = 0; ; attempt += 1) {
-      if (attempt > 0 || !known) queue.asking();
-      const consumption = attempt === 0 && known ? known : await next(prepared);
+      let consumption = attempt === 0 ? known : undefined;
+      if (!consumption) {
+        // No call for a request that left, or whose time ran out before its turn to ask.
+        if (request?.gone()) return this.stoppedWaiting(prepared, waiting, 'gone', started);
+        if (performance.now() >= deadline) {
+          return this.stoppedWaiting(prepared, waiting, { roomInMs: OUT_OF_TIME_RETRY_MS }, started);
+        }
+        queue.asking();
+        consumption = await next(prepared);
+      }
       const now = performance.now();
       const roomInMs = consumption.storeError ? undefined : roomIn(prepared, consumption);
       if (consumption.allowed || roomInMs === undefined || now >= deadline || request?.gone()) {
-        if (now - started >= 1) this.waited.set(consumption, Math.round(now - started));
-        return consumption;
+        return this.waitedFor(consumption, started);
       }
       const pace = paceOf(waiting, roomInMs, now);
       queue.learned(pace, now);
       // Known to come too late: refused now, not at the deadline.
-      if (pace && pace.roomAt > deadline) return consumption;
+      if (pace && pace.roomAt > deadline) return this.waitedFor(consumption, started);
       // A cap's refusal says to retry in a second: sooner, a slot given back wakes the head (here,
       // or on another instance as the store's news tells).
       const sleepMs = roomInMs + Math.random() * JITTER_MS;
@@ -110,9 +150,25 @@ export class WaitStep implements LimiterStep {
       const gaveUp = await queue.giveWay(ticket, deadline, performance.now(), onGone);
       if (gaveUp) {
         head.heading = false;
-        return refusedUnasked(prepared, waiting, gaveUp);
+        return this.stoppedWaiting(prepared, waiting, gaveUp, started);
       }
     }
+  }
+
+  /** The answer of a request that waited from `started`: how long, for `outcome.waitedMs`. */
+  private waitedFor(consumption: ResilientConsumption, started: number): ResilientConsumption {
+    const waitedMs = Math.round(performance.now() - started);
+    if (waitedMs >= 1) this.waited.set(consumption, waitedMs);
+    return consumption;
+  }
+
+  private stoppedWaiting(
+    prepared: readonly PreparedRule[],
+    waiting: readonly PreparedRule[],
+    gaveUp: GaveUp,
+    started: number,
+  ): ResilientConsumption {
+    return this.waitedFor(refusedUnasked(prepared, waiting, gaveUp), started);
   }
 }
 
