@@ -2,7 +2,7 @@ import type { INestApplication } from '@nestjs/common';
 import { ConfigModule } from '@nestjs/config';
 import { Test } from '@nestjs/testing';
 import { type ExecutionContext } from '@nestjs/common';
-import { SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
+import { ConnectedSocket, SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
 import { RateLimit, RateLimitModule, type RateLimitWsError } from 'nest-rate-limit';
 import type { Socket } from 'socket.io-client';
 import { afterEach, expect, it } from 'vitest';
@@ -32,6 +32,20 @@ class ChatGateway {
   }
 }
 
+/** The connections whose `relay` messages ran, in order. */
+const relayed: string[] = [];
+
+@WebSocketGateway()
+class RelayGateway {
+  /** One a second for everyone; the others wait up to 2 s for room. */
+  @SubscribeMessage('relay')
+  @RateLimit({ count: 1, window: '1s', by: 'global', wait: { maxMs: '2s' } })
+  relay(@ConnectedSocket() client: { id: string }) {
+    relayed.push(client.id);
+    return 'relayed';
+  }
+}
+
 describeStores('@RateLimit on WebSocket gateways (socket.io)', (store) => {
   let app: INestApplication | undefined;
 
@@ -47,7 +61,7 @@ describeStores('@RateLimit on WebSocket gateways (socket.io)', (store) => {
         ConfigModule.forRoot({ isGlobal: true, ignoreEnvFile: true }),
         RateLimitModule.forRoot({ redis: await store.redis(), keyPrefix: uniquePrefix() }),
       ],
-      providers: [ChatGateway],
+      providers: [ChatGateway, RelayGateway],
     }).compile();
     app = moduleRef.createNestApplication({ logger: false });
     await app.listen(0, '127.0.0.1');
@@ -114,5 +128,21 @@ describeStores('@RateLimit on WebSocket gateways (socket.io)', (store) => {
     expect(await send(first, 'shout')).toEqual({ ack: 'heard' });
     expect(await send(first, 'shout')).toMatchObject({ exception: { rule: 'ChatGateway.shout' } });
     expect(await send(second, 'shout')).toEqual({ ack: 'heard' });
+  });
+
+  it('a message over a waiting rule waits for room; one whose client leaves while it waits never runs', async () => {
+    const url = await start();
+    relayed.length = 0;
+    const leaving = await connectSocket(url);
+    // Its first message takes the second's room; its second waits for the next second.
+    expect(await send(leaving, 'relay')).toEqual({ ack: 'relayed' });
+    leaving.emit('relay', {});
+    // The client goes while its message waits; another then waits for that room, and gets it.
+    const staying = await connectSocket(url);
+    const left = leaving.id;
+    leaving.disconnect();
+    const answer = send(staying, 'relay');
+    expect(await answer).toEqual({ ack: 'relayed' });
+    expect(relayed).toEqual([left, staying.id]);
   });
 });
