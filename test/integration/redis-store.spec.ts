@@ -77,6 +77,31 @@ describe('Redis store (consume script) against a real Redis', () => {
     expect(await fixedWindowCount(redis, `${prefix}:under`)).toBe(2);
   });
 
+  it('keeps a concurrency cap in one sorted set with a TTL of its lease, taken, refused, renewed or given back', async () => {
+    const prefix = uniquePrefix();
+    const lease = 30_000;
+    const cap = hit(`${prefix}:{cap}:exports:sl`, { algorithm: 'sliding-log', limit: 2, windowMs: lease, slot: true });
+    const ttlHeld = async () => {
+      const keys = await redis.keys(`${prefix}:*`);
+      const ttls = await Promise.all(keys.map((key) => redis.pttl(key)));
+      return { keys, ttls };
+    };
+    const taken = [await store.consume([cap]), await store.consume([cap])];
+    expect(taken.map(({ allowed }) => allowed)).toEqual([true, true]);
+    expect((await store.consume([cap])).allowed).toBe(false);
+    const held = await ttlHeld();
+    expect(held.keys).toEqual([cap.key]);
+    expect(await redis.type(cap.key)).toBe('zset');
+    // The lease, and a second of grace at most.
+    for (const ttl of held.ttls) expect(ttl > 0 && ttl <= lease + 1_000).toBe(true);
+    const slots = taken.map((consumption) => ({ hit: cap, receipt: consumption.receipts![0] }));
+    await store.renewSlots(slots);
+    for (const ttl of (await ttlHeld()).ttls) expect(ttl > 0 && ttl <= lease + 1_000).toBe(true);
+    await store.settle(slots.map((slot) => ({ ...slot, refund: true })));
+    expect(await keysWithoutTtl(`${prefix}:*`)).toEqual([]);
+    expect(await redis.zcard(cap.key)).toBe(0);
+  });
+
   it('keeps counting correctly after SCRIPT FLUSH, re-sending the script on NOSCRIPT', async () => {
     const key = `${uniquePrefix()}:flush`;
     await redis.config('RESETSTAT');
