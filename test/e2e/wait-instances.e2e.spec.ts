@@ -42,6 +42,21 @@ class CappedController {
   }
 }
 
+/** Which instance ran each request of the shared cap, in the order they started. */
+const turns: string[] = [];
+
+@Controller('turns')
+class TurnsController {
+  /** One at a time across instances, each a few ms long; the others wait. */
+  @Get()
+  @RateLimit({ concurrency: 1, by: 'global', wait: { maxMs: '10s' } })
+  async run(@Query('from') from: string) {
+    turns.push(from);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    return {};
+  }
+}
+
 /** A rate and a cap on one handler, both waiting, in either order. */
 @Controller('paired')
 class PairedController {
@@ -70,7 +85,7 @@ describe('waiting across two instances of one Redis', () => {
     prefix = uniquePrefix();
     for (const name of ['a', 'b']) {
       const app = await createTestApp({
-        controllers: [SharedController, CappedController, PairedController],
+        controllers: [SharedController, CappedController, PairedController, TurnsController],
         rateLimit: { redis: server.url, keyPrefix: prefix },
       });
       await app.listen(0, '127.0.0.1');
@@ -161,4 +176,16 @@ describe('waiting across two instances of one Redis', () => {
     },
     30_000,
   );
+
+  it('a cap: the instance that gives a slot back has no head start on the other’s waiters', async () => {
+    turns.length = 0;
+    const sent = apps.flatMap(({ base }, i) =>
+      Array.from({ length: 12 }, () => fetch(`${base}/turns?from=${i === 0 ? 'a' : 'b'}`).then((r) => r.status)),
+    );
+    expect(await Promise.all(sent)).toEqual(Array(24).fill(200));
+    // In the first half of the turns, each instance had a fair part.
+    const firstHalf = turns.slice(0, 12);
+    expect(firstHalf.filter((from) => from === 'a').length).toBeGreaterThanOrEqual(3);
+    expect(firstHalf.filter((from) => from === 'b').length).toBeGreaterThanOrEqual(3);
+  }, 30_000);
 });

@@ -153,8 +153,8 @@ export function limiterSteps(
       uses: (rule) => rule.wait !== undefined,
       make: () => {
         const step = new WaitStep();
-        // Room given back on other instances (refunds, slots) wakes the waiters here.
-        store.watchLiftedKeys({ lifted: (keys) => step.released(keys), listening: () => undefined });
+        // Room given back on any instance (refunds, slots) wakes the waiters here.
+        store.watchLiftedKeys({ lifted: (keys) => step.heard(keys), listening: (on) => step.listening(on) });
         return step;
       },
     },

@@ -147,10 +147,20 @@ export class WaitQueue {
     });
   }
 
-  /** Room was given back (a slot, a refund, here or as the store's news tells): the head asks again now. */
-  release(): void {
-    if (this.wakeHead) this.wakeHead();
-    else if (this.busy) this.releasedWhileAsking = true;
+  /**
+   * Room was given back (a slot, a refund, here or as the store's news tells): the head asks again,
+   * after `delayMs` (a jitter that spreads the instances' heads woken by one release).
+   */
+  release(delayMs = 0): void {
+    const wake = this.wakeHead;
+    if (!wake) {
+      if (this.busy) this.releasedWhileAsking = true;
+    } else if (delayMs <= 0) {
+      wake();
+    } else {
+      // Unless it woke meanwhile (its sleep is then another).
+      setTimeout(() => this.wakeHead === wake && wake(), delayMs);
+    }
   }
 
   /** The head is done: the next waiter's turn, at once. */

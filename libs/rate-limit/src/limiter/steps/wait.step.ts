@@ -10,6 +10,11 @@ import { type GaveUp, OUT_OF_TIME_RETRY_MS, WaitQueue, paceOf } from './wait-que
 const MAX_WAITERS = 10_000;
 /** Spread over the instances' heads that wake for the same room, so that none always comes first. */
 const JITTER_MS = 20;
+/**
+ * Spread over the heads woken by the store's news of one release: every instance hears it at about
+ * the same time, the one that gave the room back included, which would otherwise come first.
+ */
+const WAKE_JITTER_MS = 4;
 
 /**
  * Rules with `wait`: a request they would refuse waits for room instead, up to `wait.maxMs`, in
@@ -32,6 +37,8 @@ export class WaitStep implements LimiterStep {
   private arrivals = 0;
   /** Room given back, counted: a release while a request's first call was out may not be in its answer. */
   private releases = 0;
+  /** Whether the store's news of releases reaches this instance (`heard`); if not, releases here wake its heads. */
+  private newsHeard = false;
   private readonly waited = new WeakMap<ResilientConsumption, number>();
 
   async consume(
@@ -84,10 +91,28 @@ export class WaitStep implements LimiterStep {
     if (waitedMs !== undefined) outcome.waitedMs = waitedMs;
   }
 
-  /** Room given back (a slot, a refund, a reset): the heads waiting on those keys ask again. */
+  /**
+   * Room given back here (a slot, a refund, a reset): the heads waiting on those keys ask again; but
+   * while the store's news reaches this instance they wait for it, as every other instance does.
+   */
   released(keys: readonly string[]): void {
     this.releases += 1;
-    for (const key of keys) for (const queue of this.wakes.get(key) ?? []) queue.release();
+    if (!this.newsHeard) this.wake(keys, 0);
+  }
+
+  /** The store's news of room given back on any instance (`watchLiftedKeys`). */
+  heard(keys: readonly string[]): void {
+    this.releases += 1;
+    this.wake(keys, WAKE_JITTER_MS);
+  }
+
+  /** Whether the store's news reaches this instance now. */
+  listening(on: boolean): void {
+    this.newsHeard = on;
+  }
+
+  private wake(keys: readonly string[], jitterMs: number): void {
+    for (const key of keys) for (const queue of this.wakes.get(key) ?? []) queue.release(Math.random() * jitterMs);
   }
 
   /** A queue for `key`, woken by room on any of its waiting rules' keys. */
