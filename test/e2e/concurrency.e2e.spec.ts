@@ -1,4 +1,14 @@
-import { Controller, Get, type INestApplication, Query } from '@nestjs/common';
+import {
+  type CallHandler,
+  Controller,
+  Get,
+  type INestApplication,
+  type NestInterceptor,
+  Query,
+  RequestTimeoutException,
+  UseInterceptors,
+} from '@nestjs/common';
+import { TimeoutError, catchError, throwError, timeout } from 'rxjs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { ConfigService } from '@nestjs/config';
@@ -84,8 +94,28 @@ async function sendHolding(
   return Promise.all(all);
 }
 
+/** The usual timeout interceptor: past 100 ms the client gets a 408, while the handler runs on. */
+class Timeout implements NestInterceptor {
+  intercept(_context: unknown, next: CallHandler) {
+    return next.handle().pipe(
+      timeout(100),
+      catchError((error: unknown) =>
+        throwError(() => (error instanceof TimeoutError ? new RequestTimeoutException() : error)),
+      ),
+    );
+  }
+}
+
 @Controller('cap')
 class CapController {
+  /** A cap of one behind a timeout interceptor. */
+  @Get('timed')
+  @RateLimit({ concurrency: 1, by: 'global' })
+  @UseInterceptors(Timeout)
+  timed() {
+    return running.run();
+  }
+
   @Get('work')
   @RateLimit({ concurrency: 3, by: 'global' })
   work(@Query('fail') fail?: string) {
@@ -172,6 +202,16 @@ describeStoresAndPlatforms('concurrency caps', (store, platform) => {
     const server = request(app.getHttpServer());
     for (let i = 0; i < 5; i += 1) await server.get('/cap/work').query({ fail: '' }).expect(500);
     expect(await used('CapController.work.concurrency', 0)).toBe(0);
+  });
+
+  it('frees the slot of a request a timeout interceptor answers with 408, though its handler runs on', async () => {
+    const server = request(app.getHttpServer());
+    await server.get('/cap/timed').expect(408);
+    expect(running.now).toBe(1);
+    expect(await used('CapController.timed.concurrency', 0)).toBe(0);
+    // The next is admitted (and times out too), not refused by the first's slot.
+    await server.get('/cap/timed').expect(408);
+    expect(running.now).toBe(2);
   });
 
   it('keeps the slot of a client gone mid-request until its handler ends', async () => {
