@@ -131,6 +131,27 @@ describe('the circuit breaker in front of Redis', () => {
     }
   });
 
+  it("a cap's slot that a call past its deadline took late is given back: the request was decided without it", async () => {
+    const { store, redis: service, close } = await storeWith(false);
+    const key = `${uniquePrefix()}:{cap}:exports:sl`;
+    const cap = hit(key, { algorithm: 'sliding-log', limit: 1, windowMs: 30_000, slot: true });
+    try {
+      const stall = (service.client as Redis).eval(SPIN, 0, 300_000);
+      const late = await store.consume([cap]).then(
+        () => 'admitted',
+        (error: Error) => error.constructor.name,
+      );
+      expect(late).toBe('RedisTimeoutError');
+      await stall;
+      await until(() => service.runner.lateCalls.answered === 1, { timeoutMs: 5_000, what: 'the late call judged' });
+      // Redis ran it once the stall ended, and its settlement follows: no slot left held for 30 s.
+      await until(async () => (await redis.zcard(key)) === 0, { timeoutMs: 2_000, what: 'the late slot given back' });
+      expect((await store.consume([cap])).allowed).toBe(true);
+    } finally {
+      await close();
+    }
+  });
+
   it('a call past its deadline fails at it, and is judged when its answer comes, or a second on', async () => {
     const { store, redis: service, close } = await storeWith(false);
     const key = `${uniquePrefix()}:{w}:r:fw`;

@@ -102,6 +102,17 @@ describeStores('RateLimiterService.consume and reset', (store) => {
     expect((await limiter.consume(scans, 'other')).allowed).toBe(true);
   });
 
+  it("settles an outcome once: settling it again gives back no other request's slot", async () => {
+    const exports = { name: 'exports-twice', concurrency: 2 } as const;
+    const first = await limiter.consume(exports, 'tenant');
+    const second = await limiter.consume(exports, 'tenant');
+    await limiter.settle(first, true);
+    await limiter.settle(first, true);
+    const third = await limiter.consume(exports, 'tenant');
+    const fourth = await limiter.consume(exports, 'tenant');
+    expect([second.allowed, third.allowed, fourth.allowed]).toEqual([true, true, false]);
+  });
+
   it('names the problem when a rule cannot be used', async () => {
     await expect(limiter.consume('no-such-rule', 'x')).rejects.toThrow(
       /No @RateLimit rule is named "no-such-rule" \(rules: .*"reports"/,

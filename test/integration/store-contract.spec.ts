@@ -211,6 +211,20 @@ describe.each(STORES)('slots of a concurrency cap: $name store', (storeCase) => 
     expect(await store.renewSlots([moved], t0 + lease + 20)).toEqual([t0 + lease + 20]);
   });
 
+  it('renews no slot whose lease ran out: others were admitted in its place', async () => {
+    const cap = slotHit();
+    const lapsed = await store.consume([cap], t0);
+    // Past its lease, unrenewed (a stalled instance): two others take both slots.
+    const others = [await store.consume([cap], t0 + lease + 1), await store.consume([cap], t0 + lease + 2)];
+    expect(others.map(({ allowed }) => allowed)).toEqual([true, true]);
+    expect(await store.renewSlots([{ hit: cap, receipt: lapsed.receipts![0] }], t0 + lease + 3)).toEqual([undefined]);
+    const next = await store.consume([cap], t0 + lease + 4);
+    expect(next.allowed).toBe(false);
+    // Two held, not three: the lapsed slot did not come back to life.
+    await store.settle([{ hit: cap, receipt: others[0].receipts![0], refund: true }]);
+    expect((await store.consume([cap], t0 + lease + 5)).allowed).toBe(true);
+  });
+
   it('gives a renewed slot back, and then renews nothing', async () => {
     const cap = slotHit();
     const admitted = await store.consume([cap], t0);

@@ -135,7 +135,8 @@ export class RateLimiterService implements OnApplicationBootstrap, OnApplication
   /**
    * Ends an admitted request: its `countOn` units are no longer in flight, and those of rules whose
    * `countOn` the response did not meet are refunded. Wakes requests waiting on those units. Never
-   * throws; a failed call leaves the request counted (the safe side) and is logged.
+   * throws; a failed call leaves the request counted (the safe side) and is logged. An outcome
+   * settled again gives back nothing more.
    */
   settle(settled: RateLimitOutcome, succeeded: boolean): Promise<void> {
     if (settled.conditional.length === 0) return Promise.resolve();

@@ -14,6 +14,8 @@ import type { RateLimitOutcome } from './rate-limit-outcome.js';
  */
 export class Settlements {
   private readonly warnings = new Warnings();
+  /** Outcomes settled already: settled again (a caller's second `settle`), they give back nothing more. */
+  private readonly settled = new WeakSet<RateLimitOutcome>();
 
   constructor(
     private readonly store: DecidingStore,
@@ -27,6 +29,9 @@ export class Settlements {
    * meet; caps' slots given back; requests waiting on them are woken. Never throws: a failed call leaves them counted (logged).
    */
   async countOn(settled: RateLimitOutcome, succeeded: boolean): Promise<void> {
+    // A second refund would take units another request holds (a slot given back twice, say).
+    if (this.settled.has(settled)) return;
+    this.settled.add(settled);
     const settlements = settled.conditional.map(({ countOn, refund }) => ({
       ...refund,
       refund: countOn === 'release' || (countOn === 'success') !== succeeded,

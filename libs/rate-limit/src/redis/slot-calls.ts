@@ -4,6 +4,7 @@ import {
   type RateLimitHit,
   type RateLimitRefund,
   type RateLimitSettlement,
+  givenBack,
   holdsInFlight,
 } from '../store/rate-limit-store.js';
 import type { DecisionTimes } from './failover/lost-write-check.js';
@@ -158,7 +159,8 @@ export class SlotCalls {
   /**
    * A call past its deadline that Redis admitted all the same: the request was decided without it,
    * so no settlement of its will come. What it holds in flight (`countOn` units, a `settleCost`
-   * claim) ends here, its units kept; left, it would weigh on the identity for a window.
+   * claim) ends here, its units kept; left, it would weigh on the identity for a window. A cap's
+   * slot is given back: no request holds it, and kept it would refuse others for its whole lease.
    */
   private async endLateInFlight(
     group: readonly RateLimitHit[],
@@ -169,7 +171,7 @@ export class SlotCalls {
     const { allowed, receipts } = this.groupResult(group, [], late, now, nonce);
     if (!allowed) return;
     await this.settle(
-      group.flatMap((hit, i) => (holdsInFlight(hit) ? [{ hit, receipt: receipts[i], refund: false }] : [])),
+      group.flatMap((hit, i) => (holdsInFlight(hit) ? [{ hit, receipt: receipts[i], refund: givenBack(hit) }] : [])),
     );
   }
 
