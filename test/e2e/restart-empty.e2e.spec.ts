@@ -96,7 +96,10 @@ describe('Redis restarted empty under traffic at 80% of the limit', () => {
       // for a request on the window's edge), not those the fallback admitted before it as well.
       const redis = server.client();
       const counters = (await redis.keys('*')).filter((key) => key.endsWith(':fw'));
-      expect(counters).toHaveLength(ROUTES.length);
+      // One per route; a 6 s window may end (its key expiring with it) between the last request and
+      // this read, which leaves one fewer.
+      expect(counters.length).toBeGreaterThanOrEqual(ROUTES.length - 1);
+      expect(counters.length).toBeLessThanOrEqual(ROUTES.length);
       for (const key of counters) {
         expect({ key, count: Number(await redis.get(key)) }).toEqual({
           key,
